@@ -1,0 +1,146 @@
+"""The A2C agent: the actor-critic network, its optimizer, and one gradient update per rollout."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn as nn
+from torch.distributions import Categorical
+
+from config import Config
+from model import ActorCritic, State
+from storage import Batch
+from utils import UsageError, load_checkpoint
+
+
+def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+             advantages: torch.Tensor, value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
+    """The A2C loss and its named terms; every term is a mean over all T x N samples.
+
+    ``policy = -mean(log pi(a|s) * A)`` with the advantage A held constant,
+    ``value = mean((R - V(s))^2)``, ``entropy = mean(H(pi(.|s)))`` and
+    ``total = policy + value_coeff * value - entropy_coeff * entropy``.
+    """
+    dist = Categorical(logits=logits)
+    policy = -(dist.log_prob(actions) * advantages.detach()).mean()
+    value = (returns.detach() - values).pow(2).mean()
+    entropy = dist.entropy().mean()
+    total = policy + value_coeff * value - entropy_coeff * entropy
+    return {"total": total, "policy": policy, "value": value, "entropy": entropy}
+
+
+def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    """RMSprop as in the A2C paper's published settings (alpha 0.99, eps 1e-5), or Adam."""
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, eps=1e-5)
+    raise ValueError(f"unknown optimizer {name!r} (rmsprop or adam)")
+
+
+class A2CAgent:
+    """Owns the network and the optimizer; acts for the runner and learns from its rollouts."""
+
+    def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
+                 value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
+                 gamma: float = 0.99, gae_lambda: float = 1.0) -> None:
+        self.model = model
+        self.optimizer_name = optimizer
+        self.optimizer = make_optimizer(optimizer, model.parameters(), lr)
+        self.value_coeff, self.entropy_coeff = value_coeff, entropy_coeff
+        self.max_grad_norm = max_grad_norm
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """Sample one action per env: returns actions ``[N]``, values ``[N]`` and the next state."""
+        logits, values, state = self.model(obs, state, episode_starts)
+        actions = Categorical(logits=logits).sample()
+        return actions, values, state
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
+        """Values ``[N]`` for bootstrapping; ``state`` is not advanced."""
+        return self.model.value(obs, state, episode_starts)
+
+    # ------------------------------------------------------------------ learning
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Re-run the rollout with gradients (from its detached initial state) and return the loss terms."""
+        logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+        return a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages,
+                        self.value_coeff, self.entropy_coeff)
+
+    def update(self, batch: Batch, before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
+        """One gradient step. Returns the loss terms and ``grad_norm`` (before clipping) as floats.
+
+        ``before_step(stats)`` is called once the loss is known and before the weights change, so
+        a caller can save exactly the weights that produced that loss. A non-finite loss or
+        gradient leaves the weights and optimizer untouched and returns ``skipped = 1``: one bad
+        batch must not poison the run.
+        """
+        terms = self.loss(batch)
+        stats = {name: float(value.detach()) for name, value in terms.items()}
+        stats["skipped"] = 0.0
+        if before_step is not None:
+            before_step(stats)
+        self.optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(stats["total"]):
+            stats["skipped"], stats["grad_norm"] = 1.0, float("nan")
+            return stats
+        terms["total"].backward()
+        self.reduce_gradients()
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
+        stats["grad_norm"] = grad_norm
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            stats["skipped"] = 1.0
+            return stats
+        self.optimizer.step()
+        return stats
+
+    def reduce_gradients(self) -> None:
+        """Hook between backward and clipping: where a data-parallel run averages its gradients."""
+
+    # ------------------------------------------------------------------ checkpoints
+    def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
+        """Weights, and the optimizer state when the checkpoint has it for the same optimizer."""
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+        except RuntimeError:
+            raise UsageError(f"checkpoint {path} was saved by another architecture") from None
+        if "optimizer" in checkpoint and checkpoint.get("optimizer_name") == self.optimizer_name:
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: int,
+                      device: torch.device | str = "cpu") -> A2CAgent:
+    """A fresh agent with the network and optimizer that ``config`` describes."""
+    model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size).to(device)
+    return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
+                    entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
+                    gamma=config.gamma, gae_lambda=config.gae_lambda)
+
+
+def load_model(path: str, device: torch.device | str = "cpu") -> ActorCritic:
+    """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last)."""
+    data = load_checkpoint(path)
+    model = ActorCritic(**data["model_spec"])
+    try:
+        model.load_state_dict(data["model"])
+    except RuntimeError:
+        raise UsageError(f"checkpoint {path} does not match its own architecture description") from None
+    return model.to(device)

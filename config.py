@@ -1,0 +1,114 @@
+"""Every setting of a run, in one dataclass. `main.py` fills it from the command line; tests build it directly."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass
+class Config:
+    # --- environment
+    env_name: str = "PongNoFrameskip-v4"
+    """Gymnasium id of an Atari game: PongNoFrameskip-v4 style or ALE/Pong-v5 style."""
+    num_envs: int = 16
+    """Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions."""
+    n_stack: int = 4
+    """Consecutive frames stacked into one observation."""
+    vec_env: str = "dummy"
+    """dummy: all envs in this process; subproc: one process per env."""
+    max_episode_frames: Optional[int] = None
+    """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
+    seed: int = 42
+    """Seeds torch, numpy, Python's random and the envs (env i gets seed + i)."""
+
+    # --- model
+    recurrent: bool = True
+    """Conv encoder followed by an LSTMCell; False drops the LSTM (feed-forward)."""
+    hidden_size: int = 256
+    """Size of the LSTM state."""
+
+    # --- algorithm
+    rollout_size: int = 5
+    """Steps per env in one rollout: the n of n-step returns and the length of truncated BPTT."""
+    num_updates: int = 125_000
+    """Gradient updates in the whole run (125,000 x 16 envs x 5 steps = 10M env steps)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """1.0: n-step returns; below 1: generalized advantage estimation."""
+    value_coeff: float = 0.5
+    """Weight of the value loss."""
+    entropy_coeff: float = 0.01
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradients are clipped to this global norm."""
+    optimizer: str = "rmsprop"
+    """rmsprop (alpha 0.99, eps 1e-5) or adam (eps 1e-5)."""
+    lr: float = 7e-4
+    """Learning rate."""
+    lr_schedule: str = "constant"
+    """constant, or linear decay to 0 at the last update."""
+    curiosity_coeff: float = 0.015
+    """Scale of the curiosity reward. Takes effect with the curiosity module; no effect yet."""
+    icm_beta: float = 0.2
+    """Forward- vs inverse-loss weight of the curiosity module. Takes effect with it; no effect yet."""
+    max_skipped_updates: int = 10
+    """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
+
+    # --- hardware
+    cuda: bool = True
+    """Train on the GPU when CUDA is available (else say so and use the CPU)."""
+
+    # --- logging and checkpoints
+    log_dir: str = "runs"
+    """Each run gets its own directory under this one."""
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run directory."""
+    log_interval: int = 10
+    """Updates between loss scalars (averaged over the interval)."""
+    histogram_interval: int = 500
+    """Updates between histograms of advantages and values."""
+    checkpoint_interval: int = 1000
+    """Updates between writes of a2c_last (it is also written at exit)."""
+    progress: bool = True
+    """Live progress bar on the console."""
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.rollout_size
+
+    @property
+    def total_steps(self) -> int:
+        return self.num_updates * self.steps_per_update
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Config":
+        """Build from a saved dict, ignoring keys this version no longer knows."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def field_doc(name: str) -> str:
+    """The docstring written under a field above (used as the flag's help text)."""
+    return _FIELD_DOCS.get(name, "")
+
+
+def _read_field_docs() -> dict[str, str]:
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Config))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
+            docs[node.target.id] = str(following.value.value)
+    return docs
+
+
+_FIELD_DOCS = _read_field_docs()

@@ -1,0 +1,69 @@
+"""Atari vector environments: stable-baselines3's Atari wrappers, frame-stacked, channel-first, uint8.
+
+Wrapper order per env, from the emulator out::
+
+    gym.make(id) -> Monitor -> AtariWrapper (no-op starts, frame skip 4 with max-pool, life loss ends
+    the learning episode, fire on reset, 84x84 grayscale, reward clipping)
+
+then, over the vector: frame stack (``n_stack`` frames) and a transpose to ``[C, H, W]``. The
+Monitor sits under the Atari wrappers, so the episode returns it reports (``info["episode"]``)
+are raw full-game scores, while the agent learns from clipped rewards and per-life episodes.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any
+
+import ale_py
+import gymnasium as gym
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
+
+from utils import UsageError
+
+gym.register_envs(ale_py)
+
+VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
+
+
+def check_env_id(env_name: str) -> None:
+    """Raise `UsageError` unless `env_name` is a registered ALE game, suggesting close ids."""
+    if env_name not in gym.registry:
+        ids = [i for i in gym.registry if _is_atari(i)]
+        close = difflib.get_close_matches(env_name, ids, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5"
+        raise UsageError(f"unknown env id '{env_name}'{hint}")
+    if not _is_atari(env_name):
+        raise UsageError(f"'{env_name}' is not an Atari (ALE) game; this agent trains on Atari games "
+                         f"(ids like PongNoFrameskip-v4 or ALE/Pong-v5)")
+
+
+def _is_atari(env_name: str) -> bool:
+    entry = gym.registry[env_name].entry_point
+    return isinstance(entry, str) and entry.startswith("ale_py")
+
+
+def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
+    # Runs in the worker process too (subproc), which must register the ALE ids itself.
+    gym.register_envs(ale_py)
+    return gym.make(env_name, **kwargs)
+
+
+def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "dummy",
+                 max_episode_frames: int | None = None) -> VecEnv:
+    """`num_envs` copies of an Atari game: observations ``[num_envs, n_stack, 84, 84]`` uint8.
+
+    Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
+    (a time-limit truncation, reported with ``info["TimeLimit.truncated"]``).
+    """
+    check_env_id(env_name)
+    env_kwargs: dict[str, Any] = {}
+    # v5 ids skip frames in the emulator; the Atari wrapper does the skipping (with max-pooling) here.
+    if gym.registry[env_name].kwargs.get("frameskip", 1) != 1:
+        env_kwargs["frameskip"] = 1
+    if max_episode_frames is not None:
+        env_kwargs["max_episode_steps"] = max_episode_frames
+    venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
+                          env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
+    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))

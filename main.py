@@ -1,0 +1,296 @@
+"""Command line: train a recurrent A2C agent on an Atari game, resume a run, or play a saved agent.
+
+    python main.py --env-name PongNoFrameskip-v4 --cuda         train
+    python main.py --resume runs/RUN/a2c_last                   continue a run
+    python main.py --eval --load runs/RUN/a2c_best_reward       play saved agent, print scores
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Optional, Sequence
+
+from config import Config, field_doc
+
+# Flags that may differ from the checkpoint's settings when resuming: they change how the run is
+# watched or how long it lasts, not what is learned from each step.
+RESUME_OVERRIDABLE = {"num_updates", "cuda", "tensorboard", "progress", "log_interval", "histogram_interval",
+                      "checkpoint_interval", "vec_env", "max_skipped_updates", "log_dir"}
+# Flags that fix the network's shape: a checkpoint cannot be loaded into another.
+ARCHITECTURE = ("recurrent", "hidden_size", "n_stack")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line on stderr, exit code 2
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
+    """The command line. ``with_defaults=False`` gives a parser whose result holds only the flags typed."""
+    p = OneLineParser(description="Recurrent advantage actor-critic (A2C) for Atari games.",
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, argument_default=None)
+    defaults = Config()
+
+    def flag(*names: str, field: str, **kwargs: Any) -> None:
+        default = getattr(defaults, field) if with_defaults else argparse.SUPPRESS
+        p.add_argument(*names, dest=field, default=default, help=field_doc(field), **kwargs)
+
+    def switch(name: str, field: str) -> None:
+        flag(name, field=field, action=argparse.BooleanOptionalAction)
+
+    positive_int, positive_float = _checked(int, "a positive integer"), _checked(float, "a positive number")
+    non_negative, unit = _checked(float, "a number >= 0", allow_zero=True), _unit_interval
+    flag("--env-name", field="env_name", metavar="ID")
+    flag("--num-envs", field="num_envs", type=positive_int, metavar="N")
+    flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
+    flag("--vec-env", field="vec_env", choices=["dummy", "subproc"])
+    flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
+    flag("--seed", field="seed", type=int)
+    switch("--recurrent", "recurrent")
+    flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
+    flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
+    flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
+    flag("--gamma", field="gamma", type=unit)
+    flag("--gae-lambda", field="gae_lambda", type=unit)
+    flag("--value-coeff", field="value_coeff", type=non_negative)
+    flag("--entropy-coeff", field="entropy_coeff", type=non_negative)
+    flag("--max-grad-norm", "--max-grad_norm", field="max_grad_norm", type=positive_float)
+    flag("--optimizer", field="optimizer", choices=["rmsprop", "adam"])
+    flag("--lr", field="lr", type=positive_float)
+    flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
+    flag("--curiosity-coeff", field="curiosity_coeff", type=non_negative)
+    flag("--icm-beta", field="icm_beta", type=unit)
+    flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
+    switch("--cuda", "cuda")
+    flag("--log-dir", field="log_dir", metavar="DIR")
+    switch("--tensorboard", "tensorboard")
+    flag("--log-interval", field="log_interval", type=positive_int, metavar="N")
+    flag("--histogram-interval", field="histogram_interval", type=positive_int, metavar="N")
+    flag("--checkpoint-interval", field="checkpoint_interval", type=positive_int, metavar="N")
+    switch("--progress", "progress")
+
+    mode = p.add_argument_group("resume and evaluation")
+    mode.add_argument("--resume", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
+                      help="continue training from an a2c_last checkpoint, in its run directory")
+    mode.add_argument("--eval", action="store_true", default=False if with_defaults else argparse.SUPPRESS,
+                      help="play a saved agent (--load) and print its raw scores instead of training")
+    mode.add_argument("--load", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
+                      help="checkpoint to play with --eval (any of a2c_best_loss, a2c_best_reward, a2c_last)")
+    mode.add_argument("--episodes", type=positive_int, default=10 if with_defaults else argparse.SUPPRESS,
+                      metavar="N", help="episodes to play with --eval")
+    return p
+
+
+def _checked(kind: type, what: str, allow_zero: bool = False):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
+        return value
+    parse.__name__ = what  # argparse names the type in its message
+    return parse
+
+
+def _unit_interval(text: str) -> float:
+    value = _checked(float, "a number in [0, 1]", allow_zero=True)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got '{text}'")
+    return value
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.Namespace, set[str]]:
+    """Settings, the mode flags, and the names of the settings typed on the command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    typed = set(vars(build_parser(with_defaults=False).parse_args(argv)))
+    fields = {f.name for f in dataclasses.fields(Config)}
+    config = Config(**{k: v for k, v in vars(args).items() if k in fields})
+    return config, args, typed & fields
+
+
+# ------------------------------------------------------------------------------------------------
+def pick_device(want_cuda: bool):
+    import torch
+
+    if want_cuda and torch.cuda.is_available():
+        return torch.device("cuda")
+    if want_cuda:
+        print("CUDA is not available; running on the CPU", file=sys.stderr)
+    return torch.device("cpu")
+
+
+def make_run_dir(config: Config) -> str:
+    """A new directory under ``log_dir`` named from env, time and seed; checks it can be written."""
+    from utils import UsageError
+
+    name = f"{config.env_name.replace('/', '-')}_{time.strftime('%Y%m%d-%H%M%S')}_seed{config.seed}"
+    try:
+        os.makedirs(config.log_dir, exist_ok=True)
+        path = os.path.join(config.log_dir, name)
+        suffix = 1
+        while os.path.exists(path):
+            suffix += 1
+            path = os.path.join(config.log_dir, f"{name}-{suffix}")
+        os.makedirs(path)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to log dir '{config.log_dir}': {exc.strerror or exc}") from None
+    return path
+
+
+def check_checkpoint_fits(checkpoint: dict[str, Any], path: str, obs_shape: Sequence[int], num_actions: int,
+                          env_name: str) -> None:
+    """A checkpoint plays only the action set and observations it was trained on."""
+    from utils import UsageError
+
+    spec = checkpoint["model_spec"]
+    if spec["num_actions"] != num_actions:
+        raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']} with {spec['num_actions']} "
+                         f"actions; {env_name} has {num_actions}")
+    if list(spec["obs_shape"]) != list(obs_shape):
+        raise UsageError(f"checkpoint {path} expects observations of shape {tuple(spec['obs_shape'])}, "
+                         f"the env gives {tuple(obs_shape)}")
+
+
+def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Config, typed: set[str],
+                             allowed: set[str]) -> Config:
+    """The checkpoint's settings, with the typed flags in ``allowed`` applied on top.
+
+    A typed flag outside ``allowed`` must agree with the checkpoint, or it is an error.
+    """
+    from utils import UsageError
+
+    saved = Config.from_dict(checkpoint["config"])
+    changes = {}
+    for name in sorted(typed):
+        mine, theirs = getattr(config, name), getattr(saved, name)
+        if name in allowed:
+            changes[name] = mine
+        elif mine != theirs:
+            what = "another architecture" if name in ARCHITECTURE else "other settings"
+            raise UsageError(f"checkpoint {path} was saved with {_flag(name)} {_show(theirs)} ({what}); "
+                             f"cannot use {_show(mine)}")
+    return dataclasses.replace(saved, **changes)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# ------------------------------------------------------------------------------------------------
+def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dict[str, Any]] = None) -> int:
+    """Train from scratch, or continue the run whose a2c_last ``checkpoint`` was read from ``resume``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from agent import agent_from_config
+    from envs import check_env_id, make_vec_env
+    from runner import Runner, TrainingState, save_settings
+    from utils import UsageError, seed_everything, set_rng_state
+
+    if checkpoint is not None:
+        if "optimizer" not in checkpoint:
+            raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
+        run_dir = os.path.dirname(os.path.abspath(resume))
+    else:
+        check_env_id(config.env_name)
+        run_dir = make_run_dir(config)
+    device = pick_device(config.cuda)
+    seed_everything(config.seed)
+
+    # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
+    env_seed = config.seed + (checkpoint["update"] * 7919 if checkpoint else 0)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, env_seed, config.vec_env,
+                        config.max_episode_frames)
+    try:
+        obs_shape, num_actions = envs.observation_space.shape, int(envs.action_space.n)
+        agent = agent_from_config(config, obs_shape, num_actions, device)
+        state = TrainingState()
+        if checkpoint is not None:
+            check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
+            agent.load(checkpoint, resume)
+            set_rng_state(checkpoint["rng"])
+            state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
+                                  checkpoint["best_reward"], tuple(checkpoint["episode_returns"]))
+            if state.update >= config.num_updates:
+                raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
+                                 f"updates; pass a larger --num-updates to train further")
+        writer = SummaryWriter(run_dir, purge_step=state.step if checkpoint else None) if config.tensorboard else None
+        save_settings(config, run_dir, writer)
+        print(f"run directory: {run_dir}", flush=True)
+        runner = Runner(agent, envs, config, run_dir, state, writer)
+        final = runner.train()
+        if writer is not None:
+            writer.close()
+    finally:
+        envs.close()
+    print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
+          f"{final.update} updates, mean return of the last {len(final.episodes.returns)} episodes: "
+          f"{final.episodes.mean:.2f}; checkpoints in {run_dir}", flush=True)
+    return 1 if "non-finite" in runner.stop_reason else 0
+
+
+def play(config: Config, typed: set[str], load: str, episodes: int) -> int:
+    """Play ``episodes`` episodes with the agent saved at ``load`` and print its raw scores."""
+    from agent import load_model
+    from envs import make_vec_env
+    from evaluate import evaluate, summarize
+    from utils import load_checkpoint, seed_everything
+
+    checkpoint = load_checkpoint(load)
+    env_name = config.env_name if "env_name" in typed else checkpoint["env_name"]
+    settings = settings_from_checkpoint(checkpoint, load, config, typed - {"env_name"},
+                                        allowed=set(typed) - set(ARCHITECTURE))
+    device = pick_device(config.cuda)
+    seed_everything(config.seed)
+    # Evaluation envs are seeded apart from any training envs.
+    envs = make_vec_env(env_name, min(settings.num_envs, episodes), settings.n_stack, config.seed + 1_000_000,
+                        "dummy", settings.max_episode_frames)
+    try:
+        check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, int(envs.action_space.n), env_name)
+        model = load_model(load, device)
+        scores = evaluate(model, envs, episodes)
+    finally:
+        envs.close()
+    print("scores: " + " ".join(f"{s:g}" for s in scores))
+    print(summarize(scores))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    config, args, typed = parse_args(argv)
+    from utils import UsageError
+
+    try:
+        if args.eval:
+            if args.load is None:
+                raise UsageError("--eval needs --load PATH (a checkpoint to play)")
+            return play(config, typed, args.load, args.episodes)
+        if args.load is not None:
+            raise UsageError("--load is for --eval; to continue training use --resume PATH")
+        if args.resume is not None:
+            from utils import load_checkpoint
+
+            checkpoint = load_checkpoint(args.resume)
+            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, RESUME_OVERRIDABLE)
+            return train(config, args.resume, checkpoint)
+        return train(config)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

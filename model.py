@@ -1,0 +1,126 @@
+"""Networks: a conv encoder, an optional LSTMCell core, and linear actor and critic heads.
+
+Recurrent state lives in one place: the caller passes it in and gets the next one back; the
+model never keeps it. The model is also the only place that resets it: before each cell step
+the state of every env whose observation starts a new episode is multiplied by zero, so an
+episode never sees another episode's memory, and no other env is touched.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+
+State = tuple[torch.Tensor, ...]  # (h, c) for the LSTM, () for the feed-forward variant
+
+
+class ConvEncoder(nn.Module):
+    """4 conv layers (32 filters, 3x3, stride 2, padding 1, ELU), max-pooled to a 3x3 grid: 288 features.
+
+    An 84x84 frame becomes 42, 21, 11, 6 pixels a side, pooled to 3x3; a 42x42 frame (the size of
+    the curiosity paper) reaches 3x3 without pooling. Input is ``uint8`` in [0, 255]; the encoder
+    scales it to [0, 1] so observations stay one byte a pixel everywhere else.
+    """
+
+    num_filters = 32
+    grid = 3
+    out_features = num_filters * grid * grid  # 288
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for _ in range(4):
+            layers += [nn.Conv2d(channels, self.num_filters, 3, stride=2, padding=1), nn.ELU()]
+            channels = self.num_filters
+        self.convs = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveMaxPool2d(self.grid)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0
+        return self.pool(self.convs(x)).flatten(1)
+
+
+def build_encoder(obs_shape: Sequence[int]) -> nn.Module:
+    """The encoder for an observation space: images ``[C, H, W]`` get the conv encoder."""
+    if len(obs_shape) == 3:
+        return ConvEncoder(obs_shape[0])
+    raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported yet (images [C, H, W] are)")
+
+
+class ActorCritic(nn.Module):
+    """Conv encoder -> LSTMCell (or nothing, with ``recurrent=False``) -> actor logits and state value."""
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
+                 hidden_size: int = 256) -> None:
+        super().__init__()
+        self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
+                     "recurrent": bool(recurrent), "hidden_size": int(hidden_size)}
+        self.recurrent = recurrent
+        self.hidden_size = hidden_size
+        self.encoder = build_encoder(obs_shape)
+        features = self.encoder.out_features
+        if recurrent:
+            self.lstm = nn.LSTMCell(features, hidden_size)
+            features = hidden_size
+        self.actor = nn.Linear(features, num_actions)
+        self.critic = nn.Linear(features, 1)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LSTMCell):
+                nn.init.orthogonal_(module.weight_ih)
+                nn.init.orthogonal_(module.weight_hh)
+                nn.init.zeros_(module.bias_ih)
+                nn.init.zeros_(module.bias_hh)
+        # A near-uniform first policy explores; a unit-gain critic starts on the scale of the returns.
+        nn.init.orthogonal_(self.actor.weight, gain=0.01)
+        nn.init.orthogonal_(self.critic.weight, gain=1.0)
+
+    def initial_state(self, num_envs: int, device: torch.device | str = "cpu") -> State:
+        if not self.recurrent:
+            return ()
+        zeros = torch.zeros(num_envs, self.hidden_size, device=device)
+        return (zeros, zeros.clone())
+
+    def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
+        """One recurrent step. Envs whose observation starts an episode begin from a zero state."""
+        if not self.recurrent:
+            return features, ()
+        keep = (1.0 - episode_starts).unsqueeze(1)
+        h, c = self.lstm(features, (state[0] * keep, state[1] * keep))
+        return h, (h, c)
+
+    def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
+        out, state = self._core(self.encoder(obs), state, episode_starts)
+        return self.actor(out), self.critic(out).squeeze(-1), state
+
+    def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
+        """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
+        return self.forward(obs, state, episode_starts)[1]
+
+    def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """T steps for N envs at once: ``obs [T, N, ...]``, ``episode_starts [T, N]``.
+
+        The conv encoder runs once over all T*N frames; only the LSTM is unrolled in time, so the
+        gradient of step t reaches back to the first step of the sequence (truncated BPTT).
+        Returns logits ``[T, N, A]``, values ``[T, N]`` and the state after the last step.
+        """
+        T, N = obs.shape[:2]
+        features = self.encoder(obs.reshape(T * N, *obs.shape[2:])).view(T, N, -1)
+        if self.recurrent:
+            outputs = []
+            for t in range(T):
+                out, state = self._core(features[t], state, episode_starts[t])
+                outputs.append(out)
+            core = torch.stack(outputs)
+        else:
+            core = features
+        return self.actor(core), self.critic(core).squeeze(-1), state

@@ -1,0 +1,240 @@
+"""The training loop: act in the envs, store the rollout, update the agent, log, checkpoint.
+
+One update reads::
+
+    collect a rollout -> compute returns -> agent.update -> log -> checkpoints
+
+The runner owns the live recurrent state between rollouts; it is detached at each rollout
+boundary (``RolloutStorage.start``), so gradients never cross into an earlier rollout.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from stable_baselines3.common.vec_env import VecEnv
+from tqdm import tqdm
+
+from agent import A2CAgent
+from config import Config
+from storage import Batch, RolloutStorage
+from utils import CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule, rng_state
+
+CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_last")
+
+
+class TrainingState:
+    """Counters and records that a resumed run carries on from."""
+
+    def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
+                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = ()) -> None:
+        self.update, self.step = update, step
+        self.best_loss, self.best_reward = best_loss, best_reward
+        self.episodes = EpisodeStats(100, episode_returns)
+
+
+class Runner:
+    """Drives a vector env with an agent for ``config.num_updates`` updates."""
+
+    def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
+                 state: Optional[TrainingState] = None, writer: Any = None) -> None:
+        self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
+        self.device = agent.device
+        self.state = state or TrainingState()
+        self.writer = writer
+        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device)
+        self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
+        self.obs = self._to_tensor(envs.reset())
+        self.episode_starts = torch.ones(config.num_envs, device=self.device)
+        self.stop_requested = False
+        self.stop_reason = ""
+        self.history: list[dict[str, float]] = []  # per-update stats, kept for tests and callers
+
+    # ------------------------------------------------------------------ collection
+    def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """The one place where env output (numpy) becomes torch."""
+        return torch.as_tensor(obs, device=self.device)
+
+    def collect(self) -> Batch:
+        """Step every env ``rollout_size`` times and return the rollout with its returns."""
+        cfg, agent, storage = self.config, self.agent, self.storage
+        storage.start(self.recurrent_state)
+        for t in range(cfg.rollout_size):
+            actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
+            obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
+            rewards = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
+            self._bootstrap_truncated(rewards, dones, infos, next_state)
+            self._record_episodes(infos)
+            dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
+            storage.insert(t, self.obs, self.episode_starts, actions, values, rewards, dones_t)
+            self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
+        last_values = agent.value(self.obs, self.recurrent_state, self.episode_starts)
+        return storage.batch(last_values, agent.gamma, agent.gae_lambda)
+
+    def _bootstrap_truncated(self, rewards: torch.Tensor, dones: np.ndarray, infos: list[dict],
+                             next_state: tuple[torch.Tensor, ...]) -> None:
+        """A time limit is not a death: add ``gamma * V(terminal_obs)`` to the truncated step's reward."""
+        idx = [i for i, info in enumerate(infos)
+               if dones[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
+        if not idx:
+            return
+        terminal_obs = self._to_tensor(np.stack([infos[i]["terminal_observation"] for i in idx]))
+        # The terminal observation continues the same episode: it reads the state that step produced.
+        state = tuple(s[idx] for s in next_state)
+        values = self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
+        rewards[idx] += self.agent.gamma * values
+
+    def _record_episodes(self, infos: list[dict]) -> None:
+        for info in infos:
+            episode = info.get("episode")
+            if episode is None:
+                continue
+            self.state.episodes.add(episode["r"])
+            self.new_episodes += 1
+            if self.writer is not None:
+                self.writer.add_scalar("episode/return", episode["r"], self.state.step)
+                self.writer.add_scalar("episode/length", episode["l"], self.state.step)
+                self.writer.add_scalar("episode/return_mean100", self.state.episodes.mean, self.state.step)
+
+    # ------------------------------------------------------------------ training
+    def train(self) -> TrainingState:
+        """Run until ``num_updates``, Ctrl+C / SIGTERM, or too many non-finite losses in a row.
+
+        ``a2c_last`` is written periodically and always on the way out, and TensorBoard is flushed.
+        """
+        cfg, st = self.config, self.state
+        previous_handlers = self._install_signal_handlers()
+        bar = tqdm(total=cfg.total_steps, initial=st.step, unit="step", unit_scale=True,
+                   disable=not cfg.progress, dynamic_ncols=True, file=sys.stderr)
+        interval: dict[str, float] = {}
+        skipped_in_a_row = 0
+        tic, tic_step = time.perf_counter(), st.step
+        try:
+            while st.update < cfg.num_updates and not self.stop_requested:
+                if cfg.lr_schedule == "linear":
+                    self.agent.set_lr(linear_schedule(cfg.lr, st.update / cfg.num_updates))
+                self.new_episodes = 0
+                batch = self.collect()
+                stats = self.agent.update(batch, before_step=self._maybe_save_best_loss)
+                st.update += 1
+                st.step += cfg.steps_per_update
+                stats["explained_variance"] = explained_variance(batch.values, batch.returns)
+                stats["lr"] = self.agent.lr
+                self.history.append(stats)
+
+                if stats["skipped"]:
+                    skipped_in_a_row += 1
+                    tqdm.write(f"warning: non-finite loss at update {st.update}; update skipped", file=sys.stderr)
+                    if skipped_in_a_row >= cfg.max_skipped_updates:
+                        self.stop_reason = f"{skipped_in_a_row} non-finite losses in a row; stopped with the last good weights"
+                        tqdm.write(f"error: {self.stop_reason}", file=sys.stderr)
+                        break
+                    continue
+                skipped_in_a_row = 0
+
+                for key, value in stats.items():
+                    interval[key] = interval.get(key, 0.0) + value
+                if self.writer is not None and st.update % cfg.log_interval == 0:
+                    now = time.perf_counter()
+                    fps = (st.step - tic_step) / max(now - tic, 1e-9)
+                    tic, tic_step = now, st.step
+                    self._log_scalars(interval, fps)
+                    interval = {}
+                if self.writer is not None and st.update % cfg.histogram_interval == 0:
+                    self.writer.add_histogram("rollout/advantages", batch.advantages, st.step)
+                    self.writer.add_histogram("rollout/values", batch.values, st.step)
+                if self.new_episodes and st.episodes.mean > st.best_reward:
+                    st.best_reward = st.episodes.mean
+                    self.save("a2c_best_reward", full=False)
+                if st.update % cfg.checkpoint_interval == 0:
+                    self.save("a2c_last")
+                bar.update(cfg.steps_per_update)
+                if st.update % 10 == 0:
+                    bar.set_postfix(mean100=f"{st.episodes.mean:.1f}", episodes=st.episodes.count, refresh=False)
+        finally:
+            bar.close()
+            self.save("a2c_last")
+            if self.writer is not None:
+                self.writer.flush()
+            self._restore_signal_handlers(previous_handlers)
+        return st
+
+    def _log_scalars(self, interval: dict[str, float], fps: float) -> None:
+        n = self.config.log_interval
+        step, w = self.state.step, self.writer
+        for name in ("policy", "value", "entropy", "total"):
+            w.add_scalar(f"loss/{name}", interval[name] / n, step)
+        w.add_scalar("train/explained_variance", interval["explained_variance"] / n, step)
+        w.add_scalar("train/grad_norm", interval["grad_norm"] / n, step)
+        w.add_scalar("train/lr", self.agent.lr, step)
+        w.add_scalar("train/steps_per_second", fps, step)
+
+    def request_stop(self, signum: int = 0, frame: Any = None) -> None:
+        """Finish the current update, then write a2c_last and leave (Ctrl+C, SIGTERM)."""
+        if not self.stop_requested:
+            self.stop_requested = True
+            self.stop_reason = f"stopped by {signal.Signals(signum).name}" if signum else "stopped"
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self.request_stop)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _maybe_save_best_loss(self, stats: dict[str, float]) -> None:
+        """Called by the agent after the loss and before the step: the saved weights produced that loss."""
+        if math.isfinite(stats["total"]) and stats["total"] < self.state.best_loss:
+            self.state.best_loss = stats["total"]
+            self.save("a2c_best_loss", full=False)
+
+    def checkpoint(self, full: bool = True) -> dict[str, Any]:
+        """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
+        st = self.state
+        data: dict[str, Any] = {
+            "format": CHECKPOINT_FORMAT,
+            "model_spec": self.agent.model.spec,
+            "model": self.agent.model.state_dict(),
+            "env_name": self.config.env_name,
+            "config": self.config.to_dict(),
+            "update": st.update,
+            "step": st.step,
+            "best_loss": st.best_loss,
+            "best_reward": st.best_reward,
+            "mean_return": st.episodes.mean,
+        }
+        if full:
+            data["optimizer"] = self.agent.optimizer.state_dict()
+            data["optimizer_name"] = self.agent.optimizer_name
+            data["episode_returns"] = list(st.episodes.returns)
+            data["rng"] = rng_state()
+        return data
+
+    def save(self, name: str, full: bool = True) -> str:
+        path = os.path.join(self.run_dir, name)
+        atomic_save(self.checkpoint(full), path)
+        return path
+
+
+def save_settings(config: Config, run_dir: str, writer: Any = None) -> None:
+    """The run's full settings as JSON in the run directory and as TensorBoard text."""
+    text = json.dumps(config.to_dict(), indent=2, sort_keys=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        f.write(text + "\n")
+    if writer is not None:
+        writer.add_text("settings", "```\n" + text + "\n```", 0)

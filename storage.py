@@ -1,0 +1,116 @@
+"""Rollout buffer and the discounted-return / advantage formula.
+
+Signals, one name each, used the same way everywhere in the project:
+
+* ``dones[t, i] = 1``: env i's episode ended with the action taken at step t
+  (death, game over, life loss when that ends learning episodes, or a time limit).
+* ``episode_starts[t, i] = 1``: the observation at step t is the first of a new episode, so
+  the recurrent state must be zeroed before it is read. ``episode_starts[t] = dones[t - 1]``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def compute_returns(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Discounted returns and advantages of a rollout of T steps in N envs.
+
+    Shapes: ``rewards``, ``values``, ``dones`` are ``[T, N]``; ``last_values`` is ``[N]``, the
+    value of the observation that follows step T-1 (the bootstrap). With ``V_T = last_values``
+    and ``m_t = 1 - dones[t]`` (0 where the episode ended at step t)::
+
+        delta_t = r_t + gamma * m_t * V_{t+1} - V_t
+        A_t     = delta_t + gamma * gae_lambda * m_t * A_{t+1},     A_T = 0
+        R_t     = A_t + V_t
+
+    * ``gae_lambda = 1``: ``R_t = r_t + gamma * m_t * R_{t+1}`` with ``R_T = V_T``, the n-step
+      discounted return bootstrapped from ``last_values`` and cut where an episode ended.
+    * ``gae_lambda = 0``: ``R_t = r_t + gamma * m_t * V_{t+1}``, the one-step TD target.
+    * in between: generalized advantage estimation (Schulman et al. 2016).
+
+    A time-limit truncation is not a death: the caller adds ``gamma * V(terminal_obs)`` to that
+    step's reward and marks the step done, so the return still counts the future it cut off.
+
+    Returns ``(returns, advantages)``, both ``[T, N]``, with ``advantages = returns - values``.
+    Computed without gradient: the targets are constants for the loss.
+    """
+    if rewards.dim() != 2 or values.shape != rewards.shape or dones.shape != rewards.shape:
+        raise ValueError(f"rewards, values and dones must share a [T, N] shape, got "
+                         f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(dones.shape)}")
+    if last_values.shape != rewards.shape[1:]:
+        raise ValueError(f"last_values must be [N]={tuple(rewards.shape[1:])}, got {tuple(last_values.shape)}")
+    with torch.no_grad():
+        rewards, values, last_values = rewards.float(), values.float(), last_values.float()
+        not_done = 1.0 - dones.float()
+        advantages = torch.zeros_like(rewards)
+        next_value = last_values
+        next_advantage = torch.zeros_like(last_values)
+        for t in reversed(range(rewards.shape[0])):
+            delta = rewards[t] + gamma * not_done[t] * next_value - values[t]
+            next_advantage = delta + gamma * gae_lambda * not_done[t] * next_advantage
+            advantages[t] = next_advantage
+            next_value = values[t]
+        return advantages + values, advantages
+
+
+@dataclass
+class Batch:
+    """One rollout, ready for the loss. Time-major: every field starts with ``[T, N]``."""
+
+    obs: torch.Tensor             # [T, N, C, H, W] uint8
+    episode_starts: torch.Tensor  # [T, N] float, 1 where obs[t] starts a new episode
+    actions: torch.Tensor         # [T, N] long
+    returns: torch.Tensor         # [T, N] float
+    advantages: torch.Tensor      # [T, N] float
+    values: torch.Tensor          # [T, N] float, the values seen while collecting
+    initial_state: tuple[torch.Tensor, ...]  # recurrent state before obs[0] (detached)
+
+
+class RolloutStorage:
+    """Preallocated ``[T, N]`` buffers for one rollout of ``rollout_size`` steps in ``num_envs`` envs.
+
+    The runner fills step t with :meth:`insert`; :meth:`batch` computes returns and hands the
+    rollout to the agent. Rewards stay editable until then: that is where an intrinsic reward
+    (curiosity) is added.
+    """
+
+    def __init__(self, rollout_size: int, num_envs: int, obs_shape: tuple[int, ...],
+                 device: torch.device | str = "cpu") -> None:
+        self.rollout_size, self.num_envs = rollout_size, num_envs
+        T, N = rollout_size, num_envs
+        self.obs = torch.zeros((T, N, *obs_shape), dtype=torch.uint8, device=device)
+        self.episode_starts = torch.zeros((T, N), device=device)
+        self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        self.values = torch.zeros((T, N), device=device)
+        self.rewards = torch.zeros((T, N), device=device)
+        self.dones = torch.zeros((T, N), device=device)
+        self.initial_state: tuple[torch.Tensor, ...] = ()
+
+    def start(self, state: tuple[torch.Tensor, ...]) -> None:
+        """Begin a rollout from the recurrent ``state``; gradients never flow into an earlier rollout."""
+        self.initial_state = tuple(s.detach().clone() for s in state)
+
+    def insert(self, step: int, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
+               values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+        self.obs[step].copy_(obs)
+        self.episode_starts[step].copy_(episode_starts)
+        self.actions[step].copy_(actions)
+        self.values[step].copy_(values)
+        self.rewards[step].copy_(rewards)
+        self.dones[step].copy_(dones)
+
+    def batch(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> Batch:
+        returns, advantages = compute_returns(self.rewards, self.values, self.dones, last_values,
+                                              gamma, gae_lambda)
+        return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
+                     returns=returns, advantages=advantages, values=self.values,
+                     initial_state=self.initial_state)

@@ -1,0 +1,155 @@
+"""Small helpers shared by every module: errors, seeding, atomic checkpoints, statistics.
+
+Nothing here imports another module of this project.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+from collections import deque
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+
+class UsageError(Exception):
+    """Bad input from the user. `main` prints it as one line on stderr and exits with code 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeding and random-number-generator state
+# ---------------------------------------------------------------------------------------------
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch (the envs are seeded where they are built)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global RNG state, in a form `torch.load(weights_only=True)` accepts (tensors, ints)."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `rng_state` saved."""
+    random.setstate(_as_tuples(state["python"]))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["name"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value: Any) -> Any:
+    """`random.setstate` wants nested tuples; a round trip through a checkpoint may give lists."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_tuples(v) for v in value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: atomic writes, safe reads
+# ---------------------------------------------------------------------------------------------
+def atomic_save(obj: Any, path: str) -> None:
+    """Write `obj` with `torch.save` so that a kill at any moment leaves the old file intact.
+
+    The data goes to a temporary file in the same directory, is flushed to disk, and then
+    replaces `path` with one `os.replace` (atomic on POSIX and Windows).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp_path = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def load_checkpoint(path: str) -> dict[str, Any]:
+    """Load a checkpoint written by this project; never runs code (`weights_only=True`).
+
+    Raises `UsageError` with a one-line reason for a missing, truncated or foreign file.
+    """
+    if not os.path.isfile(path):
+        raise UsageError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, random bytes, pickled code...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot read checkpoint {path}: corrupt or not a checkpoint ({reason[:120]})") from None
+    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+        raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
+    return data
+
+
+CHECKPOINT_FORMAT = "recurrent-a2c/1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
+    """1 - Var(targets - predictions) / Var(targets): 1 is perfect, 0 is no better than a constant.
+
+    NaN when the targets have no variance (nothing to explain).
+    """
+    var_targets = torch.var(targets)
+    if var_targets.item() == 0:
+        return float("nan")
+    return float(1.0 - torch.var(targets - predictions) / var_targets)
+
+
+class EpisodeStats:
+    """Raw (unclipped, full-game) episode returns and lengths, with a moving window for the mean."""
+
+    def __init__(self, window: int = 100, history: Iterable[float] = ()) -> None:
+        self.returns: deque[float] = deque(history, maxlen=window)
+        self.count = 0
+
+    def add(self, episode_return: float) -> None:
+        self.returns.append(float(episode_return))
+        self.count += 1
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+
+def linear_schedule(base: float, progress: float) -> float:
+    """Value of a linear decay from `base` (progress 0) to 0 (progress 1)."""
+    return base * max(0.0, 1.0 - progress)
+
+
+def is_finite(x: float) -> bool:
+    return math.isfinite(x)
