@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from typing import Any
 
 import ale_py
@@ -30,13 +31,28 @@ VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
 def check_env_id(env_name: str) -> None:
     """Raise `UsageError` unless `env_name` is a registered ALE game, suggesting close ids."""
     if env_name not in gym.registry:
-        ids = [i for i in gym.registry if _is_atari(i)]
-        close = difflib.get_close_matches(env_name, ids, n=3, cutoff=0.6)
+        close = _close_ids(env_name)
         hint = f"; did you mean {', '.join(close)}?" if close else "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5"
         raise UsageError(f"unknown env id '{env_name}'{hint}")
     if not _is_atari(env_name):
         raise UsageError(f"'{env_name}' is not an Atari (ALE) game; this agent trains on Atari games "
                          f"(ids like PongNoFrameskip-v4 or ALE/Pong-v5)")
+
+
+def _game(env_id: str) -> str:
+    """'ALE/Pong-v5', 'PongNoFrameskip-v4', 'pong' -> 'pong'."""
+    name = env_id.split("/")[-1]
+    return re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", name).lower()
+
+
+def _close_ids(env_name: str) -> list[str]:
+    """Ids of the games whose names are closest to ``env_name``, in the two forms this agent is meant for."""
+    by_game: dict[str, list[str]] = {}
+    for env_id in gym.registry:
+        if _is_atari(env_id) and (env_id.endswith("NoFrameskip-v4") or env_id.startswith("ALE/")):
+            by_game.setdefault(_game(env_id), []).append(env_id)
+    games = difflib.get_close_matches(_game(env_name), list(by_game), n=2, cutoff=0.6)
+    return [env_id for game in games for env_id in sorted(by_game[game], reverse=True)]
 
 
 def _is_atari(env_name: str) -> bool:

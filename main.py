@@ -17,10 +17,10 @@ from typing import Any, Optional, Sequence
 
 from config import Config, field_doc
 
-# Flags that may differ from the checkpoint's settings when resuming: they change how the run is
-# watched or how long it lasts, not what is learned from each step.
-RESUME_OVERRIDABLE = {"num_updates", "cuda", "tensorboard", "progress", "log_interval", "histogram_interval",
-                      "checkpoint_interval", "vec_env", "max_skipped_updates", "log_dir"}
+# Settings that define a run and cannot change when it is resumed: the game, the network's shape,
+# the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
+# Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "recurrent", "hidden_size", "seed", "optimizer", "log_dir"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("recurrent", "hidden_size", "n_stack")
 
@@ -227,7 +227,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
                                  f"updates; pass a larger --num-updates to train further")
-        writer = SummaryWriter(run_dir, purge_step=state.step if checkpoint else None) if config.tensorboard else None
+        # Events logged after the checkpoint was written (step > its step) are dropped: curves carry on.
+        purge = state.step + 1 if checkpoint else None
+        writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard else None
         save_settings(config, run_dir, writer)
         print(f"run directory: {run_dir}", flush=True)
         runner = Runner(agent, envs, config, run_dir, state, writer)
@@ -284,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from utils import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
-            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, RESUME_OVERRIDABLE)
+            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
             return train(config, args.resume, checkpoint)
         return train(config)
     except UsageError as exc:

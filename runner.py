@@ -55,6 +55,7 @@ class Runner:
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop_requested = False
         self.stop_reason = ""
+        self.new_episodes = 0  # episodes finished in the current update
         self.history: list[dict[str, float]] = []  # per-update stats, kept for tests and callers
 
     # ------------------------------------------------------------------ collection
@@ -69,9 +70,10 @@ class Runner:
         for t in range(cfg.rollout_size):
             actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
-            rewards = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
+            # A copy: the bootstrap below edits it, and the env's own reward buffer must stay as it was.
+            rewards = torch.tensor(rewards, dtype=torch.float32, device=self.device)
             self._bootstrap_truncated(rewards, dones, infos, next_state)
-            self._record_episodes(infos)
+            self._record_episodes(infos, self.state.step + (t + 1) * cfg.num_envs)
             dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
             storage.insert(t, self.obs, self.episode_starts, actions, values, rewards, dones_t)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
@@ -91,7 +93,8 @@ class Runner:
         values = self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
         rewards[idx] += self.agent.gamma * values
 
-    def _record_episodes(self, infos: list[dict]) -> None:
+    def _record_episodes(self, infos: list[dict], step: int) -> None:
+        """Raw full-game episode returns (from the Monitor), logged at the env step they ended."""
         for info in infos:
             episode = info.get("episode")
             if episode is None:
@@ -99,9 +102,9 @@ class Runner:
             self.state.episodes.add(episode["r"])
             self.new_episodes += 1
             if self.writer is not None:
-                self.writer.add_scalar("episode/return", episode["r"], self.state.step)
-                self.writer.add_scalar("episode/length", episode["l"], self.state.step)
-                self.writer.add_scalar("episode/return_mean100", self.state.episodes.mean, self.state.step)
+                self.writer.add_scalar("episode/return", episode["r"], step)
+                self.writer.add_scalar("episode/length", episode["l"], step)
+                self.writer.add_scalar("episode/return_mean100", self.state.episodes.mean, step)
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:
@@ -118,8 +121,8 @@ class Runner:
         tic, tic_step = time.perf_counter(), st.step
         try:
             while st.update < cfg.num_updates and not self.stop_requested:
-                if cfg.lr_schedule == "linear":
-                    self.agent.set_lr(linear_schedule(cfg.lr, st.update / cfg.num_updates))
+                # Set every update, so a resumed optimizer state never brings back a stale rate.
+                self.agent.set_lr(scheduled_lr(cfg, st.update))
                 self.new_episodes = 0
                 batch = self.collect()
                 stats = self.agent.update(batch, before_step=self._maybe_save_best_loss)
@@ -229,6 +232,13 @@ class Runner:
         path = os.path.join(self.run_dir, name)
         atomic_save(self.checkpoint(full), path)
         return path
+
+
+def scheduled_lr(config: Config, update: int) -> float:
+    """Learning rate at ``update``: constant, or decayed linearly to 0 at ``config.num_updates``."""
+    if config.lr_schedule == "linear":
+        return linear_schedule(config.lr, update / config.num_updates)
+    return config.lr
 
 
 def save_settings(config: Config, run_dir: str, writer: Any = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import random
 import tempfile
 from collections import deque
@@ -105,9 +106,11 @@ def load_checkpoint(path: str) -> dict[str, Any]:
         raise UsageError(f"checkpoint not found: {path}")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated zip, random bytes, pickled code...
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot read checkpoint {path}: corrupt or not a checkpoint ({reason[:120]})") from None
+    except Exception as exc:  # truncated archive, random bytes, empty file, pickled code...
+        if isinstance(exc, pickle.UnpicklingError) and "GLOBAL" in str(exc):
+            raise UsageError(f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
+                             f"values; refused (weights_only)") from None
+        raise UsageError(f"cannot read checkpoint {path}: truncated or corrupt file") from None
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
     return data

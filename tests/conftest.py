@@ -1,0 +1,23 @@
+"""Shared pytest setup: make the flat project modules (storage, model, agent, ...) importable."""
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(scope="module")
+def torch_single_thread():
+    """Run a module's tiny-tensor tests on one intra-op thread (restored afterwards).
+
+    On a small, busy CPU, torch's thread pool makes tiny convs/QRs ~100x slower than one thread.
+    Opt in with ``pytestmark = pytest.mark.usefixtures("torch_single_thread")``.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -1,0 +1,205 @@
+"""End to end on real Atari through the command line: train, log, checkpoint, resume, evaluate, refuse bad input."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import main as cli
+from utils import CHECKPOINT_FORMAT
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# 2 envs x 5 steps = 10 env steps an update; a 120-frame cap (30 agent steps) makes episodes end
+# (by time limit) within a few updates, so every episode statistic and checkpoint appears.
+SMALL = ["--num-envs", "2", "--rollout-size", "5", "--max-episode-frames", "120", "--no-progress", "--no-cuda",
+         "--log-interval", "2", "--histogram-interval", "4", "--checkpoint-interval", "4", "--seed", "3"]
+UPDATES = 8
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "main.py", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> str:
+    log_dir = tmp_path_factory.mktemp("runs")
+    result = run_cli(*SMALL, "--num-updates", str(UPDATES), "--log-dir", str(log_dir))
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = [os.path.join(log_dir, d) for d in os.listdir(log_dir)]
+    return run_dir
+
+
+def test_training_writes_tensorboard_scalars_against_env_steps(trained_run):
+    found = scalars(trained_run)
+    expected = {"loss/policy", "loss/value", "loss/entropy", "loss/total", "train/explained_variance",
+                "train/grad_norm", "train/lr", "train/steps_per_second", "episode/return", "episode/length",
+                "episode/return_mean100"}
+    assert expected <= set(found)
+    # Losses every 2 updates of 10 env steps: the x axis is the global env-step count.
+    assert [step for step, _ in found["loss/total"]] == [20, 40, 60, 80]
+    assert all(value == pytest.approx(7e-4) for _, value in found["train/lr"])
+    # Raw episode returns of Pong are integers (points), never clipped fractions.
+    assert all(float(v).is_integer() for _, v in found["episode/return"])
+    acc = EventAccumulator(trained_run, size_guidance={"histograms": 0})
+    acc.Reload()
+    assert {"rollout/advantages", "rollout/values"} <= set(acc.Tags()["histograms"])
+    assert "settings/text_summary" in acc.Tags()["tensors"]
+
+
+def test_training_writes_all_checkpoints_and_settings(trained_run):
+    assert {"a2c_best_loss", "a2c_best_reward", "a2c_last", "config.json"} <= set(os.listdir(trained_run))
+    last = torch.load(os.path.join(trained_run, "a2c_last"), weights_only=True)
+    assert last["format"] == CHECKPOINT_FORMAT
+    assert (last["update"], last["step"]) == (UPDATES, UPDATES * 10)
+    assert {"optimizer", "rng", "episode_returns", "config", "model_spec"} <= set(last)
+    assert last["config"]["env_name"] == "PongNoFrameskip-v4"
+    best_loss = torch.load(os.path.join(trained_run, "a2c_best_loss"), weights_only=True)
+    assert best_loss["best_loss"] == pytest.approx(last["best_loss"])
+    best_reward = torch.load(os.path.join(trained_run, "a2c_best_reward"), weights_only=True)
+    assert best_reward["best_reward"] == best_reward["mean_return"] == last["best_reward"]
+    assert not [f for f in os.listdir(trained_run) if f.startswith(".tmp")]
+
+
+def test_resume_continues_step_count_and_curves(trained_run, tmp_path):
+    run_dir = shutil.copytree(trained_run, tmp_path / "run")
+    result = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 4), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    last = torch.load(run_dir / "a2c_last", weights_only=True)
+    assert (last["update"], last["step"]) == (UPDATES + 4, (UPDATES + 4) * 10)
+    steps = [step for step, _ in scalars(str(run_dir))["loss/total"]]
+    assert steps == [20, 40, 60, 80, 100, 120]  # continued, nothing repeated
+    # Settings that define the run cannot change under it.
+    refused = run_cli("--resume", str(run_dir / "a2c_last"), "--num-envs", "4")
+    assert refused.returncode == 2 and "--num-envs 2" in refused.stderr
+
+
+def test_eval_prints_raw_scores(trained_run):
+    result = run_cli("--eval", "--load", os.path.join(trained_run, "a2c_best_reward"), "--episodes", "3",
+                     "--max-episode-frames", "200", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    scores = [float(s) for s in lines[-2].removeprefix("scores: ").split()]
+    assert len(scores) == 3 and all(s.is_integer() for s in scores)
+    assert lines[-1].startswith("episodes: 3  mean: ")
+
+
+def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-u", "main.py", *SMALL, "--num-updates", "100000", "--log-dir",
+                             str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("run directory:")
+        time.sleep(4)  # some updates happen
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped by SIGTERM" in out
+    (run_dir,) = os.listdir(tmp_path)
+    last = torch.load(tmp_path / run_dir / "a2c_last", weights_only=True)
+    assert 0 < last["update"] < 100000
+    assert max(step for step, _ in scalars(str(tmp_path / run_dir))["loss/total"]) <= last["step"]
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def _one_line_error(capsys, argv: list[str]) -> str:
+    """Run main in-process; it must exit with code 2 and a single 'error: ...' line on stderr."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own checks
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
+    return errors[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env-name", "Pongg"], "unknown env id 'Pongg'; did you mean PongNoFrameskip-v4, ALE/Pong-v5?"),
+    (["--env-name", "CartPole-v1"], "not an Atari"),
+    (["--num-envs", "0"], "--num-envs: expected a positive integer, got '0'"),
+    (["--num-envs", "-2"], "--num-envs: expected a positive integer"),
+    (["--rollout-size", "0"], "--rollout-size: expected a positive integer"),
+    (["--lr", "0"], "--lr: expected a positive number"),
+    (["--lr=-1e-3"], "--lr: expected a positive number"),
+    (["--lr", "nan"], "--lr: expected a positive number"),
+    (["--num-updates", "-5"], "--num-updates: expected a positive integer"),
+    (["--gamma", "1.5"], "--gamma: expected a number in [0, 1]"),
+    (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),
+    (["--eval", "--load", "/no/such/file"], "checkpoint not found"),
+    (["--eval"], "--eval needs --load"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, message):
+    assert message in _one_line_error(capsys, argv)
+
+
+def test_unwritable_log_dir(capsys, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert "cannot write to log dir" in _one_line_error(capsys, ["--log-dir", str(blocker / "runs")])
+
+
+def test_truncated_and_corrupt_checkpoints_are_refused(capsys, trained_run, tmp_path):
+    data = open(os.path.join(trained_run, "a2c_last"), "rb").read()
+    truncated, garbage = tmp_path / "truncated", tmp_path / "garbage"
+    truncated.write_bytes(data[: len(data) // 2])
+    garbage.write_bytes(os.urandom(4096))
+    for path in (truncated, garbage):
+        assert "truncated or corrupt" in _one_line_error(capsys, ["--resume", str(path)])
+        assert "truncated or corrupt" in _one_line_error(capsys, ["--eval", "--load", str(path)])
+
+
+def test_checkpoint_of_other_game_or_architecture_is_refused(capsys, trained_run):
+    last = os.path.join(trained_run, "a2c_last")
+    message = _one_line_error(capsys, ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4"])
+    assert "6 actions; BreakoutNoFrameskip-v4 has 4" in message
+    assert "another architecture" in _one_line_error(capsys, ["--eval", "--load", last, "--no-recurrent"])
+    assert "another architecture" in _one_line_error(capsys, ["--eval", "--load", last, "--n-stack", "2"])
+    assert "--env-name PongNoFrameskip-v4" in _one_line_error(
+        capsys, ["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
+
+
+def test_weights_only_checkpoint_cannot_resume(capsys, trained_run):
+    assert "holds weights only" in _one_line_error(capsys, ["--resume", os.path.join(trained_run, "a2c_best_loss")])
+
+
+def test_bad_input_from_a_real_process_has_no_traceback():
+    result = run_cli("--env-name", "NoSuchGame-v4", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: unknown env id 'NoSuchGame-v4'")
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_every_flag_with_default():
+    text = " ".join(cli.build_parser().format_help().split())
+    for flag in ["--env-name", "--cuda", "--no-cuda", "--tensorboard", "--no-tensorboard", "--log-dir", "--seed",
+                 "--max-grad-norm", "--max-grad_norm", "--lr", "--num-envs", "--n-stack", "--rollout-size",
+                 "--num-updates", "--curiosity-coeff", "--icm-beta", "--value-coeff", "--entropy-coeff",
+                 "--recurrent", "--no-recurrent", "--optimizer", "--lr-schedule", "--gamma", "--gae-lambda",
+                 "--vec-env", "--resume", "--eval", "--load", "--episodes"]:
+        assert flag in text
+    assert "(default: 0.0007)" in text and "(default: PongNoFrameskip-v4)" in text
+
+
+def test_flags_parse_into_config_and_booleans_turn_off():
+    config, _, typed = cli.parse_args(["--no-cuda", "--no-tensorboard", "--no-recurrent", "--max-grad_norm", "2"])
+    assert (config.cuda, config.tensorboard, config.recurrent, config.max_grad_norm) == (False, False, False, 2.0)
+    assert typed == {"cuda", "tensorboard", "recurrent", "max_grad_norm"}
+    default, _, _ = cli.parse_args([])
+    assert default.cuda and default.tensorboard and default.recurrent
+    assert default.total_steps == 10_000_000

@@ -1,0 +1,191 @@
+"""The runner on real Atari envs, in-process: reproducibility, reload, truncation bootstrap, failure handling."""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import utils
+from agent import agent_from_config, load_model
+from config import Config
+from envs import make_vec_env
+from runner import Runner
+
+
+def small_config(**overrides) -> Config:
+    settings = dict(num_envs=2, rollout_size=5, num_updates=4, seed=11, tensorboard=False, progress=False,
+                    max_episode_frames=120, checkpoint_interval=1000)
+    settings.update(overrides)
+    return Config(**settings)
+
+
+def build_runner(config: Config, run_dir) -> Runner:
+    utils.seed_everything(config.seed)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
+                        config.max_episode_frames)
+    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    return Runner(agent, envs, config, str(run_dir))
+
+
+def test_same_seed_gives_identical_losses(tmp_path):
+    histories = []
+    for i in range(2):
+        runner = build_runner(small_config(), tmp_path / str(i))
+        os.makedirs(runner.run_dir)
+        runner.train()
+        runner.envs.close()
+        histories.append([(h["total"], h["policy"], h["value"], h["entropy"], h["grad_norm"]) for h in runner.history])
+    assert len(histories[0]) == 4
+    assert histories[0] == histories[1]  # bit for bit
+    other = build_runner(small_config(seed=12), tmp_path / "other")
+    os.makedirs(other.run_dir)
+    other.train()
+    other.envs.close()
+    assert [h["total"] for h in other.history] != [h[0] for h in histories[0]]
+
+
+def test_reloaded_checkpoints_give_identical_action_probabilities(tmp_path):
+    runner = build_runner(small_config(num_updates=3), tmp_path)
+    runner.train()
+    model = runner.agent.model
+    with torch.no_grad():
+        expected, _, _ = model(runner.obs, runner.recurrent_state, runner.episode_starts)
+        for name in ("a2c_last", "a2c_best_loss"):
+            reloaded = load_model(os.path.join(tmp_path, name))
+            if name == "a2c_last":  # a2c_best_loss may hold earlier weights
+                got, _, _ = reloaded(runner.obs, runner.recurrent_state, runner.episode_starts)
+                assert torch.equal(torch.softmax(got, -1), torch.softmax(expected, -1))
+            assert reloaded.spec == model.spec
+    runner.envs.close()
+
+
+def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path):
+    runner = build_runner(small_config(num_updates=3), tmp_path)
+    snapshots = []
+    original = runner._maybe_save_best_loss
+
+    def spy(stats):
+        snapshots.append((stats["total"], {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
+        original(stats)
+
+    runner._maybe_save_best_loss = spy
+    runner.train()
+    runner.envs.close()
+    saved = torch.load(os.path.join(tmp_path, "a2c_best_loss"), weights_only=True)
+    loss, weights = min(snapshots, key=lambda s: s[0])
+    assert saved["best_loss"] == loss
+    assert all(torch.equal(saved["model"][k], weights[k]) for k in weights)
+
+
+def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones(tmp_path):
+    """At a truncated step the stored reward is the env reward + gamma * V(terminal obs); other dones add nothing."""
+    config = small_config(recurrent=False, max_episode_frames=60)
+    runner = build_runner(config, tmp_path)
+    raw = []
+    step = runner.envs.step
+
+    def recording_step(actions):
+        out = step(actions)
+        raw.append(out)
+        return out
+
+    runner.envs.step = recording_step
+    seen_truncation = False
+    for _ in range(6):
+        raw.clear()
+        batch = runner.collect()
+        storage = runner.storage
+        for t, (obs, rewards, dones, infos) in enumerate(raw):
+            for i in range(config.num_envs):
+                expected = float(rewards[i])
+                if dones[i] and infos[i].get("TimeLimit.truncated"):
+                    seen_truncation = True
+                    terminal = torch.as_tensor(infos[i]["terminal_observation"][None])
+                    expected += config.gamma * float(runner.agent.model.value(terminal, (), torch.zeros(1)))
+                assert float(storage.rewards[t, i]) == pytest.approx(expected, abs=1e-6)
+                assert float(storage.dones[t, i]) == float(dones[i])
+        assert torch.equal(storage.episode_starts[1:], storage.dones[:-1])
+        assert batch.returns.shape == (config.rollout_size, config.num_envs)
+    assert seen_truncation
+    runner.envs.close()
+
+
+def test_non_finite_losses_skip_then_stop_with_last_good_weights(tmp_path, capsys):
+    runner = build_runner(small_config(num_updates=50, max_skipped_updates=3), tmp_path)
+    agent = runner.agent
+    good_updates = 2
+    real_loss = agent.loss
+
+    def loss_turning_nan(batch):
+        terms = real_loss(batch)
+        if runner.state.update >= good_updates:
+            terms = {k: v * float("nan") for k, v in terms.items()}
+        return terms
+
+    agent.loss = loss_turning_nan
+    runner.train()
+    runner.envs.close()
+    weights_after_good = {k: v.clone() for k, v in agent.model.state_dict().items()}
+    last = torch.load(os.path.join(tmp_path, "a2c_last"), weights_only=True)
+    assert last["update"] == good_updates + 3  # two good updates, three skipped, then stop
+    assert all(torch.equal(last["model"][k], weights_after_good[k]) for k in weights_after_good)
+    assert all(torch.isfinite(v).all() for v in last["model"].values())
+    assert [h["skipped"] for h in runner.history] == [0, 0, 1, 1, 1]
+    err = capsys.readouterr().err
+    assert err.count("warning: non-finite loss") == 3 and "3 non-finite losses in a row" in err
+
+
+def test_atomic_save_keeps_old_file_when_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "a2c_last"
+    utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, "v": torch.tensor(1)}, str(path))
+
+    def broken_save(obj, f):
+        f.write(b"partial bytes")
+        raise KeyboardInterrupt  # a kill in the middle of the write
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(KeyboardInterrupt):
+        utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, "v": torch.tensor(2)}, str(path))
+    monkeypatch.undo()
+    assert int(utils.load_checkpoint(str(path))["v"]) == 1
+    assert os.listdir(tmp_path) == ["a2c_last"]
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    path = tmp_path / "evil"
+    torch.save({"format": utils.CHECKPOINT_FORMAT, "x": _Payload()}, path)
+    with pytest.raises(utils.UsageError, match="refused"):
+        utils.load_checkpoint(str(path))
+
+
+def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
+    utils.seed_everything(5)
+    utils.atomic_save({"rng": utils.rng_state()}, str(tmp_path / "s"))
+    expected = (np.random.rand(), torch.rand(1).item(), __import__("random").random())
+    utils.seed_everything(99)
+    utils.set_rng_state(torch.load(tmp_path / "s", weights_only=True)["rng"])
+    assert (np.random.rand(), torch.rand(1).item(), __import__("random").random()) == expected
+
+
+def test_v5_ids_skip_frames_once():
+    envs = make_vec_env("ALE/Pong-v5", 1, 4, seed=0)
+    assert envs.observation_space.shape == (4, 84, 84)
+    assert envs.venv.venv.envs[0].unwrapped._frameskip == 1  # the Atari wrapper does the skipping
+    obs = envs.reset()
+    assert obs.dtype == np.uint8 and obs.shape == (1, 4, 84, 84)
+    envs.close()
+
+
+def test_explained_variance():
+    targets = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert utils.explained_variance(targets, targets) == 1.0
+    assert utils.explained_variance(torch.full((4,), 2.5), targets) == pytest.approx(0.0)
+    assert math.isnan(utils.explained_variance(targets, torch.ones(4)))
