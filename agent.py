@@ -144,3 +144,13 @@ def load_model(path: str, device: torch.device | str = "cpu") -> ActorCritic:
     except RuntimeError:
         raise UsageError(f"checkpoint {path} does not match its own architecture description") from None
     return model.to(device)
+
+
+def load_agent(path: str, device: torch.device | str = "cpu") -> A2CAgent:
+    """An agent rebuilt from any checkpoint: its settings, weights, and optimizer state when saved (a2c_last)."""
+    data = load_checkpoint(path)
+    config = Config.from_dict(data["config"])
+    spec = data["model_spec"]
+    agent = agent_from_config(config, tuple(spec["obs_shape"]), spec["num_actions"], device)
+    agent.load(data, path)
+    return agent

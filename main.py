@@ -238,9 +238,11 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             writer.close()
     finally:
         envs.close()
+    episodes = final.episodes
+    returns = (f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
+               if episodes.returns else "no episode finished yet")
     print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
-          f"{final.update} updates, mean return of the last {len(final.episodes.returns)} episodes: "
-          f"{final.episodes.mean:.2f}; checkpoints in {run_dir}", flush=True)
+          f"{final.update} updates, {returns}; checkpoints in {run_dir}", flush=True)
     return 1 if "non-finite" in runner.stop_reason else 0
 
 
@@ -292,6 +294,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training started (once it has, Ctrl+C stops it cleanly)
+        print("error: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
