@@ -17,7 +17,6 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int) -> list[float]:
     short episodes are not over-counted by envs that happen to finish first. Scores come from
     the Monitor under the Atari wrappers: unclipped, all lives.
     """
-    model.eval()
     device = next(model.parameters()).device
     n = envs.num_envs
     targets = [(episodes + i) // n for i in range(n)]
