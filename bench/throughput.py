@@ -1,8 +1,8 @@
 """Training throughput of this project's A2C against stable-baselines3's A2C, in one run.
 
 Both trainers learn the same game with the same number of envs for the same number of env
-steps, on the CPU, in this one process (so with the same torch thread count: torch's default).
-Only the training loop is timed:
+steps, on the CPU, in this one process, so with the same torch thread count (torch's default,
+the number of cores, unless ``--threads`` sets it). Only the training loop is timed:
 
 * ours: ``Runner(...).train()`` after ``envs.make_vec_env`` and ``Runner(...)`` (which resets
   the envs) are built: collection, returns, gradient updates and the checkpoints the runner
@@ -15,7 +15,7 @@ drift of a shared, noisy machine hits both alike. Absolute numbers move from run
 ratio measured within one run is what to compare.
 
     python bench/throughput.py                          # Pong, 16 envs, ours (LSTM and feed-forward) vs SB3
-    python bench/throughput.py --steps 40000 --repeats 5 --vec-env subproc
+    python bench/throughput.py --steps 20000 --repeats 3 --vec-env subproc --threads 1
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from agent import agent_from_config  # noqa: E402
 from config import Config  # noqa: E402
 from envs import VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
-from utils import seed_everything  # noqa: E402
+from utils import UsageError, seed_everything  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward", "sb3"
 
@@ -73,6 +73,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
             tic = time.perf_counter()
             state = runner.train()
             seconds = time.perf_counter() - tic
+            note_worker_memory(envs)
         finally:
             envs.close()
     return state.step, seconds
@@ -117,6 +118,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
         seconds = time.perf_counter() - tic
         trained = model.num_timesteps
+        note_worker_memory(env)
     finally:
         env.close()
     return trained, seconds
@@ -167,15 +169,49 @@ def print_table(results: dict[str, Trials]) -> None:
               f"{trials.median_rate:>17.1f}  {rounds}")
 
 
-def peak_rss_lines(with_children: bool = False) -> list[str]:
-    """Peak resident memory of this process (``ru_maxrss``, KiB on Linux) and, with ``with_children``,
-    of its largest finished child process (a subproc env worker)."""
+# ------------------------------------------------------------------------------------------------
+# Memory. ru_maxrss covers this process only: subproc env workers are children of the
+# multiprocessing fork server, not of this process, so their memory is read from /proc instead.
+# ------------------------------------------------------------------------------------------------
+_workers = {"count": 0, "peak_rss_kib": 0, "pss_kib": 0}
+
+
+def _proc_kib(path: str, key: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def note_worker_memory(venv) -> None:
+    """Record the memory of a vector env's worker processes (none for dummy); call it before ``close()``.
+
+    Keeps the largest peak RSS of one worker (``VmHWM``) and the largest total PSS of one set of
+    workers (``smaps_rollup``: pages shared between processes, such as the torch libraries every
+    worker imports, are split among them instead of counted in full by each).
+    """
+    processes = getattr(venv.unwrapped, "processes", None) or []
+    peak = pss = 0
+    for process in processes:
+        try:
+            peak = max(peak, _proc_kib(f"/proc/{process.pid}/status", "VmHWM"))
+            pss += _proc_kib(f"/proc/{process.pid}/smaps_rollup", "Pss")
+        except OSError:  # not Linux, or the worker is gone
+            continue
+    _workers["count"] = max(_workers["count"], len(processes))
+    _workers["peak_rss_kib"] = max(_workers["peak_rss_kib"], peak)
+    _workers["pss_kib"] = max(_workers["pss_kib"], pss)
+
+
+def memory_lines() -> list[str]:
+    """Peak RSS of this process (``ru_maxrss``, KiB on Linux) and what was recorded of env workers."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    lines = [f"peak RSS of this process: {own} KiB ({own / 1024:.0f} MiB)"]
-    if with_children and children:
-        lines.append(f"peak RSS of the largest child process (subproc env workers): {children} KiB "
-                     f"({children / 1024:.0f} MiB)")
+    lines = [f"peak RSS of this process (ru_maxrss): {own} KiB ({own / 1024:.0f} MiB)"]
+    if _workers["peak_rss_kib"]:
+        lines.append(f"subproc env workers ({_workers['count']} processes): peak RSS of one worker "
+                     f"{_workers['peak_rss_kib'] / 1024:.0f} MiB; PSS of all workers together "
+                     f"{_workers['pss_kib'] / 1024:.0f} MiB (shared pages split among them)")
     return lines
 
 
@@ -188,7 +224,7 @@ def _int_at_least(low: int, what: str) -> Callable[[str], int]:
         if value < low:
             raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
         return value
-    parse.__name__ = what
+    parse.__name__ = what  # argparse names the type in its message
     return parse
 
 
@@ -202,13 +238,13 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--steps", type=positive_int, default=20_000,
+    p.add_argument("--steps", type=positive_int, default=4000,
                    help="env steps each timed run trains (rounded down to whole updates of num_envs x 5 steps)")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id")
     p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel (both trainers)")
     p.add_argument("--repeats", type=positive_int, default=2,
                    help="rounds of alternating runs; the median of each trainer is reported")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=400,
+    p.add_argument("--warmup-steps", type=non_negative_int, default=160,
                    help="env steps of one untimed run of each trainer before the timed rounds (0: none)")
     p.add_argument("--ours", choices=["both", "recurrent", "feedforward"], default="both",
                    help="which configuration(s) of ours to measure")
@@ -224,8 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_env_id(args.env_name)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_env_id(args.env_name)
+    except UsageError as exc:
+        parser.error(str(exc))
     if args.threads:
         torch.set_num_threads(args.threads)
     per_update = steps_per_update(args.num_envs)
@@ -250,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in (OURS_RECURRENT, OURS_FEEDFORWARD):
             if name in results:
                 print(f"ratio ({name} / sb3): {results[name].median_rate / results[SB3].median_rate:.2f}x")
-    for line in peak_rss_lines(with_children=args.vec_env == "subproc"):
+    for line in memory_lines():
         print(line)
     return 0
 

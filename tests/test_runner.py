@@ -104,7 +104,8 @@ def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones
                 if dones[i] and infos[i].get("TimeLimit.truncated"):
                     seen_truncation = True
                     terminal = torch.as_tensor(infos[i]["terminal_observation"][None])
-                    expected += config.gamma * float(runner.agent.model.value(terminal, (), torch.zeros(1)))
+                    with torch.no_grad():
+                        expected += config.gamma * float(runner.agent.model.value(terminal, (), torch.zeros(1)))
                 assert float(storage.rewards[t, i]) == pytest.approx(expected, abs=1e-6)
                 assert float(storage.dones[t, i]) == float(dones[i])
         assert torch.equal(storage.episode_starts[1:], storage.dones[:-1])

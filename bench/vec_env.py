@@ -1,0 +1,139 @@
+"""Env steps per second of ``envs.make_vec_env`` with ``vec_env="dummy"`` against ``"subproc"``.
+
+* dummy: every env steps in this process, one after the other;
+* subproc: one worker process per env (stable-baselines3's ``SubprocVecEnv``), stepped in parallel.
+
+The plain measurement steps the envs with uniformly random actions: it is the speed of the
+emulators, the Atari wrappers, the frame stack and the transport of observations, with no network.
+With ``--with-agent`` the same comparison is also made for a short training run of ours
+(``Runner(...).train()``, as ``bench/throughput.py`` builds it), because on a machine with few
+cores the forward and backward passes compete for the same cores as the env workers, so the
+faster vec env alone may not make the faster training.
+
+Env construction (worker start-up included) and the first reset are not timed. The two kinds run
+in turn, ``--repeats`` times (dummy, subproc, dummy, subproc, ...), and the median of each is
+reported; the ratio measured within one run is what to compare.
+
+    python bench/vec_env.py                              # envs only
+    python bench/vec_env.py --with-agent --agent-steps 4000
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.dirname(os.path.abspath(__file__))
+for _path in (ROOT, BENCH):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from envs import VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
+from utils import UsageError  # noqa: E402
+from throughput import (HelpFormatter, memory_lines, non_negative_int, note_worker_memory,  # noqa: E402
+                        positive_int, steps_per_update, train_ours)
+
+KINDS = ("dummy", "subproc")
+assert set(KINDS) == set(VEC_ENVS), "a vec env kind is missing here"
+
+
+def step_randomly(kind: str, env_name: str, num_envs: int, steps: int, seed: int = 0) -> tuple[int, float]:
+    """Step ``num_envs`` envs with random actions for ``steps`` env steps (rounded up to whole vector steps).
+
+    Returns (env steps, seconds of the stepping loop).
+    """
+    envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=kind)
+    try:
+        rng = np.random.default_rng(seed)
+        vector_steps = -(-steps // num_envs)
+        actions = rng.integers(0, int(envs.action_space.n), size=(vector_steps, num_envs))
+        envs.reset()
+        tic = time.perf_counter()
+        for a in actions:
+            envs.step(a)
+        seconds = time.perf_counter() - tic
+        note_worker_memory(envs)
+    finally:
+        envs.close()
+    return vector_steps * num_envs, seconds
+
+
+def measure(name: str, run, repeats: int) -> dict[str, list[float]]:
+    """Alternate the kinds ``repeats`` rounds; ``run(kind)`` returns (env steps, seconds). Rates per kind."""
+    rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for round_ in range(1, repeats + 1):
+        for kind in KINDS:
+            steps, seconds = run(kind)
+            rates[kind].append(steps / seconds)
+            print(f"round {round_}  {name:<9} {kind:<8} {steps} steps in {seconds:6.2f} s: "
+                  f"{steps / seconds:7.1f} steps/s", flush=True)
+    return rates
+
+
+def report(title: str, rates: dict[str, list[float]]) -> None:
+    print(f"\n{title}")
+    print(f"  {'vec env':<8} {'steps/s (median)':>17}  steps/s of each round")
+    for kind in KINDS:
+        print(f"  {kind:<8} {statistics.median(rates[kind]):>17.1f}  " + " ".join(f"{r:.1f}" for r in rates[kind]))
+    ratio = statistics.median(rates["subproc"]) / statistics.median(rates["dummy"])
+    print(f"  ratio (subproc / dummy): {ratio:.2f}x")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--steps", type=positive_int, default=4000,
+                   help="env steps of each random-action measurement (rounded up to whole vector steps)")
+    p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id")
+    p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="rounds of alternating measurements; the median of each kind is reported")
+    p.add_argument("--with-agent", action="store_true",
+                   help="also time a short training run of ours with each vec env")
+    p.add_argument("--agent-steps", type=positive_int, default=2000,
+                   help="env steps of each --with-agent training run (rounded down to whole updates)")
+    p.add_argument("--no-recurrent", dest="recurrent", action="store_false",
+                   help="with --with-agent, train the feed-forward configuration instead of the recurrent one")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run")
+    p.add_argument("--threads", type=non_negative_int, default=0,
+                   help="torch intra-op threads for --with-agent (0: torch's default, the number of cores)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_env_id(args.env_name)
+    except UsageError as exc:
+        parser.error(str(exc))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"{args.env_name}, {args.num_envs} envs, {args.repeats} rounds, {os.cpu_count()} CPUs, "
+          f"torch {torch.__version__} with {torch.get_num_threads()} threads", flush=True)
+
+    envs_only = measure("envs", lambda kind: step_randomly(kind, args.env_name, args.num_envs, args.steps, args.seed),
+                        args.repeats)
+    with_agent = None
+    if args.with_agent:
+        per_update = steps_per_update(args.num_envs)
+        agent_steps = max(per_update, args.agent_steps // per_update * per_update)
+        with_agent = measure("training", lambda kind: train_ours(agent_steps, args.env_name, args.num_envs, kind,
+                                                                 args.recurrent, args.seed), args.repeats)
+
+    report(f"random actions, no network ({args.steps} env steps a measurement)", envs_only)
+    if with_agent is not None:
+        configuration = "recurrent" if args.recurrent else "feed-forward"
+        report(f"training ours, {configuration} ({agent_steps} env steps a run)", with_agent)
+    for line in memory_lines():
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
