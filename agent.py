@@ -10,7 +10,7 @@ from torch.distributions import Categorical
 
 from config import Config
 from model import ActorCritic, State
-from storage import Batch
+from storage import Batch, RolloutStorage
 from utils import UsageError, load_checkpoint
 
 
@@ -70,6 +70,10 @@ class A2CAgent:
         return self.model.value(obs, state, episode_starts)
 
     # ------------------------------------------------------------------ learning
+    def make_batch(self, storage: RolloutStorage) -> Batch:
+        """The rollout with its returns and advantages: the one place rewards are put together."""
+        return storage.batch(self.gamma, self.gae_lambda)
+
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr

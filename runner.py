@@ -56,6 +56,8 @@ class Runner:
         self.stop_requested = False
         self.stop_reason = ""
         self.new_episodes = 0  # episodes finished in the current update
+        self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
+        self.reward_part_sums: dict[str, torch.Tensor] = {}
         self.history: list[dict[str, float]] = []  # per-update stats, kept for tests and callers
 
     # ------------------------------------------------------------------ collection
@@ -64,47 +66,76 @@ class Runner:
         return torch.as_tensor(obs, device=self.device)
 
     def collect(self) -> Batch:
-        """Step every env ``rollout_size`` times and return the rollout with its returns."""
+        """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
         cfg, agent, storage = self.config, self.agent, self.storage
         storage.start(self.recurrent_state)
+        self.episode_ends.clear()
         for t in range(cfg.rollout_size):
             actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
-            # A copy: the bootstrap below edits it, and the env's own reward buffer must stay as it was.
-            rewards = torch.tensor(rewards, dtype=torch.float32, device=self.device)
-            self._bootstrap_truncated(rewards, dones, infos, next_state)
-            self._record_episodes(infos, self.state.step + (t + 1) * cfg.num_envs)
+            bootstrap = self._truncation_bootstrap(dones, infos, next_state)
+            self._record_episodes(infos, t)
             dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
-            storage.insert(t, self.obs, self.episode_starts, actions, values, rewards, dones_t)
+            storage.insert(t, self.obs, self.episode_starts, actions, values,
+                           torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
-        last_values = agent.value(self.obs, self.recurrent_state, self.episode_starts)
-        return storage.batch(last_values, agent.gamma, agent.gae_lambda)
+        storage.finish(self.obs, agent.value(self.obs, self.recurrent_state, self.episode_starts))
+        batch = agent.make_batch(storage)
+        self._log_reward_parts(batch)
+        return batch
 
-    def _bootstrap_truncated(self, rewards: torch.Tensor, dones: np.ndarray, infos: list[dict],
-                             next_state: tuple[torch.Tensor, ...]) -> None:
-        """A time limit is not a death: add ``gamma * V(terminal_obs)`` to the truncated step's reward."""
+    def _truncation_bootstrap(self, dones: np.ndarray, infos: list[dict],
+                              next_state: tuple[torch.Tensor, ...]) -> Optional[torch.Tensor]:
+        """A time limit is not a death: ``gamma * V(terminal_obs)`` for each truncated env, else 0."""
         idx = [i for i, info in enumerate(infos)
                if dones[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
         if not idx:
-            return
+            return None
         terminal_obs = self._to_tensor(np.stack([infos[i]["terminal_observation"] for i in idx]))
         # The terminal observation continues the same episode: it reads the state that step produced.
         state = tuple(s[idx] for s in next_state)
-        values = self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
-        rewards[idx] += self.agent.gamma * values
+        bootstrap = torch.zeros(self.config.num_envs, device=self.device)
+        bootstrap[idx] = self.agent.gamma * self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
+        return bootstrap
 
-    def _record_episodes(self, infos: list[dict], step: int) -> None:
+    def _record_episodes(self, infos: list[dict], t: int) -> None:
         """Raw full-game episode returns (from the Monitor), logged at the env step they ended."""
-        for info in infos:
+        step = self.state.step + (t + 1) * self.config.num_envs
+        for i, info in enumerate(infos):
             episode = info.get("episode")
             if episode is None:
                 continue
             self.state.episodes.add(episode["r"])
             self.new_episodes += 1
+            self.episode_ends.append((t, i))
             if self.writer is not None:
                 self.writer.add_scalar("episode/return", episode["r"], step)
                 self.writer.add_scalar("episode/length", episode["l"], step)
                 self.writer.add_scalar("episode/return_mean100", self.state.episodes.mean, step)
+
+    def _log_reward_parts(self, batch: Batch) -> None:
+        """Per-episode sums of any extra reward the agent mixed in (e.g. curiosity), by name.
+
+        Summed over the same full-game episodes as the raw returns and logged when they end, as
+        ``episode/return_<name>``; plus the rollout's mean and max as ``rewards/<name>_mean|max``.
+        """
+        if not batch.reward_parts:
+            return
+        ends = set(self.episode_ends)
+        for name, rewards in batch.reward_parts.items():
+            sums = self.reward_part_sums.setdefault(name, torch.zeros(self.config.num_envs))
+            rewards = rewards.detach().cpu()
+            for t in range(rewards.shape[0]):
+                sums += rewards[t]
+                for i in range(self.config.num_envs):
+                    if (t, i) in ends:
+                        if self.writer is not None:
+                            step = self.state.step + (t + 1) * self.config.num_envs
+                            self.writer.add_scalar(f"episode/return_{name}", float(sums[i]), step)
+                        sums[i] = 0.0
+            if self.writer is not None and (self.state.update + 1) % self.config.log_interval == 0:
+                self.writer.add_scalar(f"rewards/{name}_mean", float(rewards.mean()), self.state.step)
+                self.writer.add_scalar(f"rewards/{name}_max", float(rewards.max()), self.state.step)
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:

@@ -9,7 +9,8 @@ Signals, one name each, used the same way everywhere in the project:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
@@ -73,14 +74,18 @@ class Batch:
     advantages: torch.Tensor      # [T, N] float
     values: torch.Tensor          # [T, N] float, the values seen while collecting
     initial_state: tuple[torch.Tensor, ...]  # recurrent state before obs[0] (detached)
+    next_obs: Optional[torch.Tensor] = None  # [T, N, C, H, W] uint8, obs after step t (for curiosity)
+    valid: Optional[torch.Tensor] = None     # [T, N] float, 1 where next_obs[t] is the true next obs
+    reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"intrinsic": [T, N]}
 
 
 class RolloutStorage:
     """Preallocated ``[T, N]`` buffers for one rollout of ``rollout_size`` steps in ``num_envs`` envs.
 
-    The runner fills step t with :meth:`insert`; :meth:`batch` computes returns and hands the
-    rollout to the agent. Rewards stay editable until then: that is where an intrinsic reward
-    (curiosity) is added.
+    The runner fills step t with :meth:`insert` and ends the rollout with :meth:`finish`;
+    :meth:`batch` computes returns. The env rewards and the time-limit bootstraps are kept apart
+    until then, so an intrinsic reward (curiosity) can be mixed in by the agent without scaling a
+    value estimate as if it were a reward.
     """
 
     def __init__(self, rollout_size: int, num_envs: int, obs_shape: tuple[int, ...],
@@ -93,6 +98,9 @@ class RolloutStorage:
         self.values = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)
         self.dones = torch.zeros((T, N), device=device)
+        self.bootstrap = torch.zeros((T, N), device=device)  # gamma * V(terminal obs) at truncated steps
+        self.last_obs = torch.zeros((N, *obs_shape), dtype=torch.uint8, device=device)
+        self.last_values = torch.zeros(N, device=device)
         self.initial_state: tuple[torch.Tensor, ...] = ()
 
     def start(self, state: tuple[torch.Tensor, ...]) -> None:
@@ -100,17 +108,35 @@ class RolloutStorage:
         self.initial_state = tuple(s.detach().clone() for s in state)
 
     def insert(self, step: int, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
-               values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+               values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
+               bootstrap: Optional[torch.Tensor] = None) -> None:
+        """Step ``step``: what was seen and done, the env reward and done flag it produced, and
+        ``bootstrap = gamma * V(terminal obs)`` where a time limit cut the episode (else 0)."""
         self.obs[step].copy_(obs)
         self.episode_starts[step].copy_(episode_starts)
         self.actions[step].copy_(actions)
         self.values[step].copy_(values)
         self.rewards[step].copy_(rewards)
         self.dones[step].copy_(dones)
+        if bootstrap is None:
+            self.bootstrap[step].zero_()
+        else:
+            self.bootstrap[step].copy_(bootstrap)
 
-    def batch(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> Batch:
-        returns, advantages = compute_returns(self.rewards, self.values, self.dones, last_values,
-                                              gamma, gae_lambda)
+    def finish(self, last_obs: torch.Tensor, last_values: torch.Tensor) -> None:
+        """The observation after the last step and its value (the bootstrap of the returns)."""
+        self.last_obs.copy_(last_obs)
+        self.last_values.copy_(last_values)
+
+    def next_obs(self) -> torch.Tensor:
+        """``[T, N, ...]``: the observation that followed each step (after a done: the reset one)."""
+        return torch.cat([self.obs[1:], self.last_obs.unsqueeze(0)])
+
+    def batch(self, gamma: float, gae_lambda: float, rewards: Optional[torch.Tensor] = None, **extra) -> Batch:
+        """Returns and advantages of the rollout, from ``rewards`` (default: the env rewards) plus
+        the time-limit bootstraps. ``extra`` fills the optional fields of :class:`Batch`."""
+        rewards = (self.rewards if rewards is None else rewards) + self.bootstrap
+        returns, advantages = compute_returns(rewards, self.values, self.dones, self.last_values, gamma, gae_lambda)
         return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
                      returns=returns, advantages=advantages, values=self.values,
-                     initial_state=self.initial_state)
+                     initial_state=self.initial_state, **extra)

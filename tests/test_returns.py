@@ -170,7 +170,8 @@ def test_storage_insert_then_batch_round_trip():
     dones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # env 1 ends at t=1 -> starts[2,1]=1
     for t in range(T):
         storage.insert(t, obs[t], starts[t], actions[t], values[t], rewards[t], dones[t])
-    batch = storage.batch(torch.tensor([3.0, 10.0]), gamma=0.5, gae_lambda=1.0)
+    storage.finish(obs[-1], torch.tensor([3.0, 10.0]))
+    batch = storage.batch(gamma=0.5, gae_lambda=1.0)
     assert isinstance(batch, Batch)
     assert batch.obs.dtype == torch.uint8
     assert torch.equal(batch.obs, obs)
@@ -183,6 +184,22 @@ def test_storage_insert_then_batch_round_trip():
     ref_returns, ref_adv = compute_returns(rewards, values, dones, torch.tensor([3.0, 10.0]), 0.5, 1.0)
     assert_close(batch.returns, ref_returns)
     assert_close(batch.advantages, ref_adv)
+
+
+def test_storage_adds_time_limit_bootstrap_to_the_env_reward():
+    """A truncated step's return is r + bootstrap (gamma * V(terminal obs)), and nothing flows past the done."""
+    storage = RolloutStorage(2, 1, (1, 2, 2))
+    zeros_obs = torch.zeros(1, 1, 2, 2, dtype=torch.uint8)
+    storage.insert(0, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                   torch.tensor([1.0]), torch.tensor([1.0]), bootstrap=torch.tensor([0.9 * 4.0]))
+    storage.insert(1, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                   torch.tensor([2.0]), torch.tensor([0.0]))
+    storage.finish(zeros_obs[0], torch.tensor([10.0]))
+    batch = storage.batch(gamma=0.9, gae_lambda=1.0)
+    # R1 = 2 + .9*10 = 11 ; R0 = 1 + 3.6 = 4.6 (cut by the done, so R1 is not added)
+    expect(batch.returns, [[4.6], [11.0]])
+    # Mixing in other rewards keeps the bootstrap: R0 = 0 + 3.6, R1 = 0 + 9
+    expect(storage.batch(0.9, 1.0, rewards=torch.zeros(2, 1)).returns, [[3.6], [9.0]])
 
 
 def test_storage_start_detaches_and_clones_initial_state():

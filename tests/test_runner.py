@@ -81,7 +81,7 @@ def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path
 
 
 def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones(tmp_path):
-    """At a truncated step the stored reward is the env reward + gamma * V(terminal obs); other dones add nothing."""
+    """At a truncated step the return's reward is the env reward + gamma * V(terminal obs); other dones add nothing."""
     config = small_config(recurrent=False, max_episode_frames=60)
     runner = build_runner(config, tmp_path)
     raw = []
@@ -106,7 +106,8 @@ def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones
                     terminal = torch.as_tensor(infos[i]["terminal_observation"][None])
                     with torch.no_grad():
                         expected += config.gamma * float(runner.agent.model.value(terminal, (), torch.zeros(1)))
-                assert float(storage.rewards[t, i]) == pytest.approx(expected, abs=1e-6)
+                assert float(storage.rewards[t, i]) == float(rewards[i])  # the env's reward, untouched
+                assert float(storage.rewards[t, i] + storage.bootstrap[t, i]) == pytest.approx(expected, abs=1e-6)
                 assert float(storage.dones[t, i]) == float(dones[i])
         assert torch.equal(storage.episode_starts[1:], storage.dones[:-1])
         assert batch.returns.shape == (config.rollout_size, config.num_envs)
