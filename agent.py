@@ -9,6 +9,7 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 from config import Config
+from icm import ICM, RunningStd
 from model import ActorCritic, State
 from storage import Batch, RolloutStorage
 from utils import UsageError, load_checkpoint
@@ -40,14 +41,25 @@ def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
 
 
 class A2CAgent:
-    """Owns the network and the optimizer; acts for the runner and learns from its rollouts."""
+    """Owns the network and the optimizer; acts for the runner and learns from its rollouts.
+
+    ``intrinsic`` is an optional intrinsic-reward provider (see ``icm.py``): when given, its
+    reward is mixed into each rollout before returns are computed, its losses join the objective
+    as ``icm_lambda * A2C + provider total``, and its weights join the optimizer and checkpoints.
+    When ``None`` (the default) none of this exists and the update is the plain A2C update.
+    """
 
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
                  value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
-                 gamma: float = 0.99, gae_lambda: float = 1.0) -> None:
+                 gamma: float = 0.99, gae_lambda: float = 1.0, intrinsic: Optional[ICM] = None,
+                 icm_lambda: float = 0.1, extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False) -> None:
         self.model = model
+        self.intrinsic = intrinsic
+        self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
+        self.intrinsic_std = RunningStd() if (intrinsic is not None and normalize_intrinsic) else None
+        self.params = list(model.parameters()) + (list(intrinsic.parameters()) if intrinsic is not None else [])
         self.optimizer_name = optimizer
-        self.optimizer = make_optimizer(optimizer, model.parameters(), lr)
+        self.optimizer = make_optimizer(optimizer, self.params, lr)
         self.value_coeff, self.entropy_coeff = value_coeff, entropy_coeff
         self.max_grad_norm = max_grad_norm
         self.gamma, self.gae_lambda = gamma, gae_lambda
@@ -71,8 +83,22 @@ class A2CAgent:
 
     # ------------------------------------------------------------------ learning
     def make_batch(self, storage: RolloutStorage) -> Batch:
-        """The rollout with its returns and advantages: the one place rewards are put together."""
-        return storage.batch(self.gamma, self.gae_lambda)
+        """The rollout with its returns and advantages: the one place rewards are put together.
+
+        With a curiosity provider: ``reward = extrinsic_coeff * env reward + r_i`` (plus the
+        time-limit bootstraps), where ``r_i`` is zero for transitions that end an episode, since
+        the observation after them is a reset, not their consequence.
+        """
+        if self.intrinsic is None:
+            return storage.batch(self.gamma, self.gae_lambda)
+        next_obs, valid = storage.next_obs(), 1.0 - storage.dones
+        intrinsic = self.intrinsic.rewards(storage.obs, next_obs, storage.actions, valid)
+        if self.intrinsic_std is not None:
+            self.intrinsic_std.update(intrinsic[valid > 0])
+            intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
+        rewards = self.extrinsic_coeff * storage.rewards + intrinsic
+        return storage.batch(self.gamma, self.gae_lambda, rewards=rewards, next_obs=next_obs, valid=valid,
+                             reward_parts={"intrinsic": intrinsic})
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -83,10 +109,21 @@ class A2CAgent:
         return self.optimizer.param_groups[0]["lr"]
 
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Re-run the rollout with gradients (from its detached initial state) and return the loss terms."""
+        """Re-run the rollout with gradients (from its detached initial state) and return the loss terms.
+
+        Names without a slash are A2C terms; a provider's terms come as ``icm/<name>``, and with
+        a provider ``total = icm_lambda * a2c_total + provider total`` (``a2c_total`` keeps the A2C part).
+        """
         logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
-        return a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages,
-                        self.value_coeff, self.entropy_coeff)
+        terms = a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages,
+                         self.value_coeff, self.entropy_coeff)
+        if self.intrinsic is None:
+            return terms
+        curiosity = self.intrinsic.losses(batch.obs, batch.next_obs, batch.actions, batch.valid)
+        terms["a2c_total"] = terms["total"]
+        terms["total"] = self.icm_lambda * terms["total"] + curiosity["total"]
+        terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
+        return terms
 
     def update(self, batch: Batch, before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
         """One gradient step. Returns the loss terms and ``grad_norm`` (before clipping) as floats.
@@ -107,7 +144,7 @@ class A2CAgent:
             return stats
         terms["total"].backward()
         self.reduce_gradients()
-        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
+        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         stats["grad_norm"] = grad_norm
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -120,23 +157,44 @@ class A2CAgent:
         """Hook between backward and clipping: where a data-parallel run averages its gradients."""
 
     # ------------------------------------------------------------------ checkpoints
+    def state(self, full: bool = True) -> dict[str, Any]:
+        """The agent's part of a checkpoint: the network, and with ``full`` the optimizer and any
+        intrinsic-reward provider (so a2c_last resumes exactly; the best-* files play without it)."""
+        data: dict[str, Any] = {"model_spec": self.model.spec, "model": self.model.state_dict()}
+        if full:
+            data["optimizer"] = self.optimizer.state_dict()
+            data["optimizer_name"] = self.optimizer_name
+            if self.intrinsic is not None:
+                data["intrinsic"] = self.intrinsic.state_dict()
+                if self.intrinsic_std is not None:
+                    data["intrinsic_std"] = self.intrinsic_std.state_dict()
+        return data
+
     def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
-        """Weights, and the optimizer state when the checkpoint has it for the same optimizer."""
+        """Weights, and the optimizer (and curiosity) state when the checkpoint has it for this setup."""
         try:
             self.model.load_state_dict(checkpoint["model"])
+            if self.intrinsic is not None and "intrinsic" in checkpoint:
+                self.intrinsic.load_state_dict(checkpoint["intrinsic"])
         except RuntimeError:
             raise UsageError(f"checkpoint {path} was saved by another architecture") from None
+        if self.intrinsic_std is not None and "intrinsic_std" in checkpoint:
+            self.intrinsic_std.load_state_dict(checkpoint["intrinsic_std"])
         if "optimizer" in checkpoint and checkpoint.get("optimizer_name") == self.optimizer_name:
             self.optimizer.load_state_dict(checkpoint["optimizer"])
-
 
 def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: int,
                       device: torch.device | str = "cpu") -> A2CAgent:
     """A fresh agent with the network and optimizer that ``config`` describes."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size).to(device)
+    # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
+    intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta).to(device) \
+        if config.icm else None
     return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
                     entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
-                    gamma=config.gamma, gae_lambda=config.gae_lambda)
+                    gamma=config.gamma, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
+                    icm_lambda=config.icm_lambda, extrinsic_coeff=config.extrinsic_coeff,
+                    normalize_intrinsic=config.icm_normalize)
 
 
 def load_model(path: str, device: torch.device | str = "cpu") -> ActorCritic:

@@ -49,10 +49,18 @@ class Config:
     """Learning rate."""
     lr_schedule: str = "constant"
     """constant, or linear decay to 0 at the last update."""
-    curiosity_coeff: float = 0.015
-    """Scale of the curiosity reward. Takes effect with the curiosity module; no effect yet."""
+    icm: bool = False
+    """Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and its losses."""
+    curiosity_coeff: float = 0.01
+    """eta: intrinsic reward = eta/2 * forward-model error (with --icm)."""
     icm_beta: float = 0.2
-    """Forward- vs inverse-loss weight of the curiosity module. Takes effect with it; no effect yet."""
+    """beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with --icm)."""
+    icm_lambda: float = 0.1
+    """lambda: objective = lambda * A2C loss + curiosity loss (with --icm)."""
+    extrinsic_coeff: float = 1.0
+    """Weight of the game's reward when curiosity is on; 0 trains on curiosity alone (with --icm)."""
+    icm_normalize: bool = False
+    """Divide intrinsic rewards by their running standard deviation (with --icm)."""
     max_skipped_updates: int = 10
     """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
 

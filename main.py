@@ -20,7 +20,8 @@ from config import Config, field_doc
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "recurrent", "hidden_size", "seed", "optimizer", "log_dir"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "recurrent", "hidden_size", "seed", "optimizer", "log_dir",
+                "icm", "icm_normalize"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("recurrent", "hidden_size", "n_stack")
 
@@ -63,8 +64,12 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--optimizer", field="optimizer", choices=["rmsprop", "adam"])
     flag("--lr", field="lr", type=positive_float)
     flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
+    switch("--icm", "icm")
     flag("--curiosity-coeff", field="curiosity_coeff", type=non_negative)
     flag("--icm-beta", field="icm_beta", type=unit)
+    flag("--icm-lambda", field="icm_lambda", type=non_negative)
+    flag("--extrinsic-coeff", field="extrinsic_coeff", type=non_negative)
+    switch("--icm-normalize", "icm_normalize")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
     flag("--log-dir", field="log_dir", metavar="DIR")

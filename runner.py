@@ -201,12 +201,13 @@ class Runner:
         return st
 
     def _log_scalars(self, interval: dict[str, float], fps: float) -> None:
-        n = self.config.log_interval
-        step, w = self.state.step, self.writer
-        for name in ("policy", "value", "entropy", "total"):
-            w.add_scalar(f"loss/{name}", interval[name] / n, step)
-        w.add_scalar("train/explained_variance", interval["explained_variance"] / n, step)
-        w.add_scalar("train/grad_norm", interval["grad_norm"] / n, step)
+        """Interval means of the update's stats: plain names are losses, ``group/name`` keep their group."""
+        n, step, w = self.config.log_interval, self.state.step, self.writer
+        for key, total in interval.items():
+            if key in ("skipped", "lr"):
+                continue
+            tag = key if "/" in key else (f"train/{key}" if key in ("explained_variance", "grad_norm") else f"loss/{key}")
+            w.add_scalar(tag, total / n, step)
         w.add_scalar("train/lr", self.agent.lr, step)
         w.add_scalar("train/steps_per_second", fps, step)
 
@@ -242,8 +243,7 @@ class Runner:
         st = self.state
         data: dict[str, Any] = {
             "format": CHECKPOINT_FORMAT,
-            "model_spec": self.agent.model.spec,
-            "model": self.agent.model.state_dict(),
+            **self.agent.state(full),
             "env_name": self.config.env_name,
             "config": self.config.to_dict(),
             "update": st.update,
@@ -253,8 +253,6 @@ class Runner:
             "mean_return": st.episodes.mean,
         }
         if full:
-            data["optimizer"] = self.agent.optimizer.state_dict()
-            data["optimizer_name"] = self.agent.optimizer_name
             data["episode_returns"] = list(st.episodes.returns)
             data["rng"] = rng_state()
         return data

@@ -203,3 +203,22 @@ def test_flags_parse_into_config_and_booleans_turn_off():
     default, _, _ = cli.parse_args([])
     assert default.cuda and default.tensorboard and default.recurrent
     assert default.total_steps == 10_000_000
+
+
+def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path):
+    result = run_cli(*SMALL, "--icm", "--num-updates", "4", "--max-episode-frames", "60", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (name,) = os.listdir(tmp_path)
+    run_dir = tmp_path / name
+    found = scalars(str(run_dir))
+    assert {"icm/inverse", "icm/forward", "icm/inverse_accuracy", "rewards/intrinsic_mean", "rewards/intrinsic_max",
+            "loss/a2c_total", "episode/return", "episode/return_intrinsic"} <= set(found)
+    # Intrinsic episode returns are sums of non-negative rewards; the extrinsic ones are raw Pong scores.
+    assert all(v >= 0 for _, v in found["episode/return_intrinsic"])
+    assert "intrinsic" in torch.load(run_dir / "a2c_last", weights_only=True)
+    resumed = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", "6", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.load(run_dir / "a2c_last", weights_only=True)["update"] == 6
+    played = run_cli("--eval", "--load", str(run_dir / "a2c_best_loss"), "--episodes", "2", "--max-episode-frames", "120")
+    assert played.returncode == 0, played.stderr
+    assert "episodes: 2" in played.stdout

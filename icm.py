@@ -1,0 +1,122 @@
+"""Intrinsic Curiosity Module (Pathak et al. 2017, "Curiosity-driven Exploration by Self-supervised Prediction").
+
+An intrinsic-reward provider: the agent hands it each rollout's transitions ``(s_t, a_t, s_t+1)``
+and gets back a curiosity reward per transition and the module's own losses. The runner never
+sees it. Any other provider (random network distillation, say) fits the same slot by offering
+the same two methods, ``rewards`` and ``losses``.
+
+Transitions whose ``s_t+1`` is not the true next observation (the env reset after a done) carry
+``valid = 0``: their reward is zero and they are left out of every loss.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from model import ConvEncoder
+
+
+class IntrinsicRewardProvider(Protocol):
+    """What the agent asks of a curiosity-style module; ``nn.Module`` so it can be optimized and saved."""
+
+    def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
+                valid: torch.Tensor) -> torch.Tensor:
+        """Intrinsic reward ``[T, N]`` of each transition, without gradient; 0 where ``valid`` is 0."""
+
+    def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
+               valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named loss terms; ``total`` is what the agent adds to its objective."""
+
+
+def masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the samples where ``valid`` is 1 (0 when there are none)."""
+    return (values * valid).sum() / valid.sum().clamp(min=1.0)
+
+
+class ICM(nn.Module):
+    """Feature encoder phi, inverse model and forward model.
+
+    * phi: the policy's conv shape (4 conv layers, 32 filters, 3x3, stride 2) -> 288 features;
+    * inverse model: ``[phi(s_t), phi(s_t+1)] -> 256 -> action logits``, cross-entropy ``L_I``;
+    * forward model: ``[phi(s_t), onehot(a_t)] -> 256 -> phi_hat(s_t+1)``,
+      ``L_F = 1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` (a sum over features, a mean over transitions);
+    * intrinsic reward ``r_i = eta/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2``, without gradient.
+
+    As in the paper, the features are learned by the inverse loss only: the forward loss sees
+    them detached, so phi cannot shrink its features to make prediction (and curiosity) trivial.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
+                 hidden_size: int = 256) -> None:
+        super().__init__()
+        self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "hidden_size": int(hidden_size)}
+        self.num_actions, self.eta, self.beta = num_actions, eta, beta
+        self.phi = ConvEncoder(obs_shape[0])
+        features = self.phi.out_features
+        self.inverse = nn.Sequential(nn.Linear(2 * features, hidden_size), nn.ELU(),
+                                     nn.Linear(hidden_size, num_actions))
+        self.forward_model = nn.Sequential(nn.Linear(features + num_actions, hidden_size), nn.ELU(),
+                                           nn.Linear(hidden_size, features))
+
+    def _flat(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor):
+        lead = actions.shape
+        obs = obs.reshape(-1, *obs.shape[len(lead):])
+        next_obs = next_obs.reshape(-1, *next_obs.shape[len(lead):])
+        return obs, next_obs, actions.reshape(-1), lead
+
+    def prediction_error(self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` per transition, from detached features."""
+        onehot = F.one_hot(actions, self.num_actions).float()
+        predicted = self.forward_model(torch.cat([phi.detach(), onehot], dim=1))
+        return 0.5 * (predicted - phi_next.detach()).pow(2).sum(dim=1)
+
+    @torch.no_grad()
+    def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
+                valid: torch.Tensor) -> torch.Tensor:
+        obs, next_obs, flat_actions, lead = self._flat(obs, next_obs, actions)
+        error = self.prediction_error(self.phi(obs), self.phi(next_obs), flat_actions)
+        return self.eta * error.view(lead) * valid
+
+    def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
+               valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        obs, next_obs, flat_actions, _ = self._flat(obs, next_obs, actions)
+        mask = valid.reshape(-1).float()
+        phi, phi_next = self.phi(obs), self.phi(next_obs)
+        logits = self.inverse(torch.cat([phi, phi_next], dim=1))
+        inverse = masked_mean(F.cross_entropy(logits, flat_actions, reduction="none"), mask)
+        forward = masked_mean(self.prediction_error(phi, phi_next, flat_actions), mask)
+        with torch.no_grad():
+            accuracy = masked_mean((logits.argmax(dim=1) == flat_actions).float(), mask)
+        total = (1.0 - self.beta) * inverse + self.beta * forward
+        return {"total": total, "inverse": inverse, "forward": forward, "inverse_accuracy": accuracy}
+
+
+class RunningStd:
+    """Running standard deviation (parallel Welford) of every value seen, for scaling rewards."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0.0, 0.0, 0.0
+
+    def update(self, values: torch.Tensor) -> None:
+        values = values.detach().double().flatten()
+        n = float(values.numel())
+        if n == 0:
+            return
+        mean, var = float(values.mean()), float(values.var(unbiased=False))
+        delta, total = mean - self.mean, self.count + n
+        self.m2 += var * n + delta * delta * self.count * n / total
+        self.mean += delta * n / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return (self.m2 / self.count) ** 0.5 if self.count > 1 else 1.0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.count, self.mean, self.m2 = state["count"], state["mean"], state["m2"]
