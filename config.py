@@ -67,6 +67,8 @@ class Config:
     # --- hardware
     cuda: bool = True
     """Train on the GPU when CUDA is available (else say so and use the CPU)."""
+    threads: int = 0
+    """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
 
     # --- logging and checkpoints
     log_dir: str = "runs"

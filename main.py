@@ -72,6 +72,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--icm-normalize", "icm_normalize")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
+    flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")
     flag("--log-interval", field="log_interval", type=positive_int, metavar="N")
@@ -122,9 +123,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 
 
 # ------------------------------------------------------------------------------------------------
-def pick_device(want_cuda: bool):
+def pick_device(want_cuda: bool, threads: int = 0):
+    """The torch device to use, after setting the CPU thread count (0: torch's default)."""
     import torch
 
+    if threads > 0:
+        torch.set_num_threads(threads)
     if want_cuda and torch.cuda.is_available():
         return torch.device("cuda")
     if want_cuda:
@@ -212,7 +216,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     else:
         check_env_id(config.env_name)
         run_dir = make_run_dir(config)
-    device = pick_device(config.cuda)
+    device = pick_device(config.cuda, config.threads)
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
@@ -262,7 +266,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int) -> int:
     env_name = config.env_name if "env_name" in typed else checkpoint["env_name"]
     settings = settings_from_checkpoint(checkpoint, load, config, typed - {"env_name"},
                                         allowed=set(typed) - set(ARCHITECTURE))
-    device = pick_device(config.cuda)
+    device = pick_device(config.cuda, config.threads)
     seed_everything(config.seed)
     # Evaluation envs are seeded apart from any training envs.
     envs = make_vec_env(env_name, min(settings.num_envs, episodes), settings.n_stack, config.seed + 1_000_000,

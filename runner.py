@@ -147,8 +147,8 @@ class Runner:
         previous_handlers = self._install_signal_handlers()
         bar = tqdm(total=cfg.total_steps, initial=st.step, unit="step", unit_scale=True,
                    disable=not cfg.progress, dynamic_ncols=True, file=sys.stderr)
-        interval: dict[str, float] = {}
-        skipped_in_a_row = 0
+        interval: dict[str, float] = {}  # sums of the stats of the good updates since the last log
+        interval_updates = skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
         try:
             while st.update < cfg.num_updates and not self.stop_requested:
@@ -170,17 +170,18 @@ class Runner:
                         self.stop_reason = f"{skipped_in_a_row} non-finite losses in a row; stopped with the last good weights"
                         tqdm.write(f"error: {self.stop_reason}", file=sys.stderr)
                         break
-                    continue
-                skipped_in_a_row = 0
+                else:
+                    skipped_in_a_row = 0
+                    interval_updates += 1
+                    for key, value in stats.items():
+                        interval[key] = interval.get(key, 0.0) + value
 
-                for key, value in stats.items():
-                    interval[key] = interval.get(key, 0.0) + value
-                if self.writer is not None and st.update % cfg.log_interval == 0:
+                if self.writer is not None and st.update % cfg.log_interval == 0 and interval_updates:
                     now = time.perf_counter()
                     fps = (st.step - tic_step) / max(now - tic, 1e-9)
                     tic, tic_step = now, st.step
-                    self._log_scalars(interval, fps)
-                    interval = {}
+                    self._log_scalars({k: v / interval_updates for k, v in interval.items()}, fps)
+                    interval, interval_updates = {}, 0
                 if self.writer is not None and st.update % cfg.histogram_interval == 0:
                     self.writer.add_histogram("rollout/advantages", batch.advantages, st.step)
                     self.writer.add_histogram("rollout/values", batch.values, st.step)
@@ -200,14 +201,14 @@ class Runner:
             self._restore_signal_handlers(previous_handlers)
         return st
 
-    def _log_scalars(self, interval: dict[str, float], fps: float) -> None:
-        """Interval means of the update's stats: plain names are losses, ``group/name`` keep their group."""
-        n, step, w = self.config.log_interval, self.state.step, self.writer
-        for key, total in interval.items():
+    def _log_scalars(self, means: dict[str, float], fps: float) -> None:
+        """The interval's mean stats: plain names are losses, ``group/name`` keep their group."""
+        step, w = self.state.step, self.writer
+        for key, value in means.items():
             if key in ("skipped", "lr"):
                 continue
             tag = key if "/" in key else (f"train/{key}" if key in ("explained_variance", "grad_norm") else f"loss/{key}")
-            w.add_scalar(tag, total / n, step)
+            w.add_scalar(tag, value, step)
         w.add_scalar("train/lr", self.agent.lr, step)
         w.add_scalar("train/steps_per_second", fps, step)
 

@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env steps each timed run trains (rounded down to whole updates of num_envs x 5 steps)")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id")
     p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel (both trainers)")
-    p.add_argument("--repeats", type=positive_int, default=2,
+    p.add_argument("--repeats", type=positive_int, default=3,
                    help="rounds of alternating runs; the median of each trainer is reported")
     p.add_argument("--warmup-steps", type=non_negative_int, default=160,
                    help="env steps of one untimed run of each trainer before the timed rounds (0: none)")

@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -35,9 +36,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from envs import VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
-from utils import UsageError  # noqa: E402
 from throughput import (HelpFormatter, memory_lines, non_negative_int, note_worker_memory,  # noqa: E402
                         positive_int, steps_per_update, train_ours)
+from utils import UsageError  # noqa: E402
 
 KINDS = ("dummy", "subproc")
 assert set(KINDS) == set(VEC_ENVS), "a vec env kind is missing here"
@@ -64,7 +65,7 @@ def step_randomly(kind: str, env_name: str, num_envs: int, steps: int, seed: int
     return vector_steps * num_envs, seconds
 
 
-def measure(name: str, run, repeats: int) -> dict[str, list[float]]:
+def measure(name: str, run: Callable[[str], tuple[int, float]], repeats: int) -> dict[str, list[float]]:
     """Alternate the kinds ``repeats`` rounds; ``run(kind)`` returns (env steps, seconds). Rates per kind."""
     rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for round_ in range(1, repeats + 1):
