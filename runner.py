@@ -27,9 +27,6 @@ from config import Config
 from storage import Batch, RolloutStorage
 from utils import CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule, rng_state
 
-CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_last")
-
-
 class TrainingState:
     """Counters and records that a resumed run carries on from."""
 
@@ -121,21 +118,23 @@ class Runner:
         """
         if not batch.reward_parts:
             return
-        ends = set(self.episode_ends)
+        end_step = self.state.step + self.config.steps_per_update  # the rollout's last env step
         for name, rewards in batch.reward_parts.items():
             sums = self.reward_part_sums.setdefault(name, torch.zeros(self.config.num_envs))
             rewards = rewards.detach().cpu()
+            ended = 0  # episode_ends are in time order
             for t in range(rewards.shape[0]):
                 sums += rewards[t]
-                for i in range(self.config.num_envs):
-                    if (t, i) in ends:
-                        if self.writer is not None:
-                            step = self.state.step + (t + 1) * self.config.num_envs
-                            self.writer.add_scalar(f"episode/return_{name}", float(sums[i]), step)
-                        sums[i] = 0.0
+                while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
+                    i = self.episode_ends[ended][1]
+                    if self.writer is not None:
+                        step = self.state.step + (t + 1) * self.config.num_envs
+                        self.writer.add_scalar(f"episode/return_{name}", float(sums[i]), step)
+                    sums[i] = 0.0
+                    ended += 1
             if self.writer is not None and (self.state.update + 1) % self.config.log_interval == 0:
-                self.writer.add_scalar(f"rewards/{name}_mean", float(rewards.mean()), self.state.step)
-                self.writer.add_scalar(f"rewards/{name}_max", float(rewards.max()), self.state.step)
+                self.writer.add_scalar(f"rewards/{name}_mean", float(rewards.mean()), end_step)
+                self.writer.add_scalar(f"rewards/{name}_max", float(rewards.max()), end_step)
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:

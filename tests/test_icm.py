@@ -252,3 +252,43 @@ def test_checkpoints_carry_icm_and_optimizer_and_play_without_it(tmp_path):
     assert "intrinsic" not in best
     model = load_model(os.path.join(tmp_path, "a2c_best_loss"))
     assert isinstance(model, ActorCritic)
+
+
+class RecordingWriter:
+    """Stands in for a SummaryWriter and keeps every scalar."""
+
+    def __init__(self) -> None:
+        self.scalars: list[tuple[str, float, int]] = []
+
+    def add_scalar(self, tag, value, step) -> None:
+        self.scalars.append((tag, float(value), int(step)))
+
+    def add_histogram(self, *args, **kwargs) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
+    """Episodes of 4 steps and rollouts of 4 steps line up: each logged intrinsic return is one rollout's column sum."""
+    from memory_env import make_memory_vec_env
+
+    torch.manual_seed(0)
+    config = small_config(icm=True, num_envs=2, rollout_size=4, num_updates=3, n_stack=1, log_interval=1)
+    envs = make_memory_vec_env(config.num_envs, seed=0, length=4, n_stack=1)
+    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    batches = []
+    make_batch = agent.make_batch
+    agent.make_batch = lambda storage: batches.append(make_batch(storage)) or batches[-1]
+    writer = RecordingWriter()
+    Runner(agent, envs, config, str(tmp_path), writer=writer).train()
+    envs.close()
+    logged = [(v, step) for tag, v, step in writer.scalars if tag == "episode/return_intrinsic"]
+    expected = [(float(b.reward_parts["intrinsic"][:, i].sum()), 8 * (u + 1))
+                for u, b in enumerate(batches) for i in range(2)]
+    assert len(logged) == 6
+    assert [step for _, step in logged] == [step for _, step in expected]
+    assert [v for v, _ in logged] == pytest.approx([v for v, _ in expected], rel=1e-5)
+    # The last step of each episode ends it: its intrinsic reward is 0 (the next frame is a reset).
+    assert all((b.reward_parts["intrinsic"][-1] == 0).all() for b in batches)
