@@ -191,3 +191,25 @@ def test_explained_variance():
     assert utils.explained_variance(targets, targets) == 1.0
     assert utils.explained_variance(torch.full((4,), 2.5), targets) == pytest.approx(0.0)
     assert math.isnan(utils.explained_variance(targets, torch.ones(4)))
+
+
+def test_learning_rate_schedule_follows_the_update_count():
+    from runner import scheduled_lr
+
+    linear = Config(lr=1.0, num_updates=4, lr_schedule="linear")
+    assert [scheduled_lr(linear, u) for u in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    constant = Config(lr=3e-4, num_updates=4)
+    assert {scheduled_lr(constant, u) for u in range(5)} == {3e-4}
+
+
+def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
+    """A resumed run (update 2 of 4) continues the linear decay rather than restarting it."""
+    from runner import TrainingState
+
+    config = small_config(num_updates=4, lr=1e-3, lr_schedule="linear")
+    runner = build_runner(config, tmp_path)
+    runner.state = TrainingState(update=2, step=20)
+    runner.agent.set_lr(123.0)  # as if a stale rate came back with an optimizer state
+    runner.train()
+    runner.envs.close()
+    assert [h["lr"] for h in runner.history] == pytest.approx([5e-4, 2.5e-4])
