@@ -45,8 +45,10 @@ class ICM(nn.Module):
       ``L_F = 1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` (a sum over features, a mean over transitions);
     * intrinsic reward ``r_i = eta/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2``, without gradient.
 
-    As in the paper, the features are learned by the inverse loss only: the forward loss sees
-    them detached, so phi cannot shrink its features to make prediction (and curiosity) trivial.
+    Both losses train phi, as in the paper's objective and the authors' code: the inverse loss
+    makes the features keep what the agent's actions affect, and the forward loss keeps them
+    small. With the inverse loss alone the features grow without bound (cross-entropy on
+    separable data rewards ever larger logits), and curiosity grows with them instead of fading.
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
@@ -68,10 +70,10 @@ class ICM(nn.Module):
         return obs, next_obs, actions.reshape(-1), lead
 
     def prediction_error(self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` per transition, from detached features."""
+        """``1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` per transition."""
         onehot = F.one_hot(actions, self.num_actions).float()
-        predicted = self.forward_model(torch.cat([phi.detach(), onehot], dim=1))
-        return 0.5 * (predicted - phi_next.detach()).pow(2).sum(dim=1)
+        predicted = self.forward_model(torch.cat([phi, onehot], dim=1))
+        return 0.5 * (predicted - phi_next).pow(2).sum(dim=1)
 
     @torch.no_grad()
     def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,

@@ -85,18 +85,21 @@ def test_real_icm_shapes_non_negative_no_gradient():
     assert sum(p.numel() for p in icm.phi.parameters()) > 0 and icm.phi.out_features == 288
 
 
-def test_forward_loss_does_not_train_the_features_inverse_loss_does():
+def test_both_losses_train_the_features():
+    """As in the paper: phi gets gradient from the inverse loss and from the forward loss."""
     torch.manual_seed(0)
     icm = ICM((1, 42, 42), 3)
     obs = torch.randint(0, 256, (2, 2, 1, 42, 42), dtype=torch.uint8)
     next_obs = torch.randint(0, 256, (2, 2, 1, 42, 42), dtype=torch.uint8)
     actions = torch.randint(0, 3, (2, 2))
     icm.losses(obs, next_obs, actions, torch.ones(2, 2))["forward"].backward()
-    assert all(p.grad is None for p in icm.phi.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in icm.phi.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in icm.forward_model.parameters())
+    assert all(p.grad is None for p in icm.inverse.parameters())
     icm.zero_grad()
     icm.losses(obs, next_obs, actions, torch.ones(2, 2))["inverse"].backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in icm.phi.parameters())
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in icm.forward_model.parameters())
 
 
 # ------------------------------------------------------------------------------ learning on a toy world
