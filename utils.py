@@ -4,7 +4,6 @@ Nothing here imports another module of this project.
 """
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import random
@@ -153,6 +152,3 @@ def linear_schedule(base: float, progress: float) -> float:
     """Value of a linear decay from `base` (progress 0) to 0 (progress 1)."""
     return base * max(0.0, 1.0 - progress)
 
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from agent import A2CAgent, a2c_loss, agent_from_config, load_agent, load_model
+from agent import a2c_loss, agent_from_config, load_agent, load_model
 from config import Config
 from icm import ICM, RunningStd
 from model import ActorCritic
