@@ -259,8 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse, refuse an unknown game with the parser's own error, and set torch's thread count."""
     args = parser.parse_args(argv)
     try:
         check_env_id(args.env_name)
@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.threads:
         torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_bench_args(build_parser(), argv)
     per_update = steps_per_update(args.num_envs)
     steps = max(per_update, args.steps // per_update * per_update)  # the same count for both trainers
     warmup = args.warmup_steps and max(per_update, args.warmup_steps // per_update * per_update)

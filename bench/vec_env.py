@@ -35,10 +35,9 @@ for _path in (ROOT, BENCH):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from envs import VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
+from envs import VEC_ENVS, make_vec_env  # noqa: E402
 from throughput import (HelpFormatter, memory_lines, non_negative_int, note_worker_memory,  # noqa: E402
-                        positive_int, steps_per_update, train_ours)
-from utils import UsageError  # noqa: E402
+                        parse_bench_args, positive_int, steps_per_update, train_ours)
 
 KINDS = ("dummy", "subproc")
 assert set(KINDS) == set(VEC_ENVS), "a vec env kind is missing here"
@@ -107,14 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        check_env_id(args.env_name)
-    except UsageError as exc:
-        parser.error(str(exc))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse_bench_args(build_parser(), argv)
     print(f"{args.env_name}, {args.num_envs} envs, {args.repeats} rounds, {os.cpu_count()} CPUs, "
           f"torch {torch.__version__} with {torch.get_num_threads()} threads", flush=True)
 
