@@ -16,7 +16,8 @@ class Config:
     n_stack: int = 4
     """Consecutive frames stacked into one observation."""
     vec_env: str = "dummy"
-    """dummy: all envs in this process; subproc: one process per env."""
+    """dummy: SB3's Atari wrappers, all envs in this process; subproc: the same, one process per env;
+    ale: ale-py's C++ vector env (same preprocessing, stepped in C++ threads; faster)."""
     max_episode_frames: Optional[int] = None
     """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
     seed: int = 42

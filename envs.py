@@ -1,5 +1,8 @@
 """Atari vector environments: stable-baselines3's Atari wrappers, frame-stacked, channel-first, uint8.
 
+(``vec_env="ale"`` selects ale-py's C++ vector env instead, with the same preprocessing: see
+``ale_vec_env.py``.)
+
 Wrapper order per env, from the emulator out::
 
     gym.make(id) -> Monitor -> AtariWrapper (no-op starts, frame skip 4 with max-pool, life loss ends
@@ -21,11 +24,13 @@ import gymnasium as gym
 from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
+from ale_vec_env import AleVecEnv
 from utils import UsageError
 
 gym.register_envs(ale_py)
 
-VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
+VEC_ENVS = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}  # the SB3 wrapper pipeline, run in-process or in workers
+VEC_ENV_CHOICES = (*VEC_ENVS, "ale")  # "ale": ale-py's C++ vector env (see ale_vec_env.py)
 
 
 def check_env_id(env_name: str) -> None:
@@ -71,9 +76,12 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     """`num_envs` copies of an Atari game: observations ``[num_envs, n_stack, 84, 84]`` uint8.
 
     Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
-    (a time-limit truncation, reported with ``info["TimeLimit.truncated"]``).
+    (a time-limit truncation, reported with ``info["TimeLimit.truncated"]``). ``vec_env`` is
+    ``dummy`` or ``subproc`` for SB3's wrappers, or ``ale`` for the faster C++ vector env.
     """
     check_env_id(env_name)
+    if vec_env == "ale":
+        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames)
     env_kwargs: dict[str, Any] = {}
     # v5 ids skip frames in the emulator; the Atari wrapper does the skipping (with max-pooling) here.
     if gym.registry[env_name].kwargs.get("frameskip", 1) != 1:

@@ -1,0 +1,125 @@
+"""The fast environment path: ale-py's C++ vector env behind the stable-baselines3 ``VecEnv`` interface.
+
+``AtariVectorEnv`` steps all games in C++ threads and does the preprocessing there (no-op
+starts, frame skip 4 with max-pooling over the last two frames, fire on reset, 84x84 grayscale,
+frame stack). :class:`AleVecEnv` adds what the SB3 path gets from its wrappers, so the runner
+cannot tell the two apart:
+
+* rewards are clipped to their sign for learning, while ``info["episode"] = {"r", "l", "t"}``
+  reports the raw, unclipped full-game score and length in emulator frames when a game ends
+  (what SB3's ``Monitor`` reports under its Atari wrappers);
+* a life loss ends the learning episode (``done``) without resetting the game; a game over
+  resets it (the observation returned with that ``done`` is the new game's first one);
+* a time limit sets ``info["TimeLimit.truncated"]`` and ``info["terminal_observation"]``.
+
+Two differences from SB3's wrappers remain, both after a life loss that is not a game over:
+SB3 resets its frame stack to zeros there and presses no-op then FIRE (its ``reset`` runs on
+every ``done``), while here the stack goes on and the agent presses FIRE itself when it must.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
+
+from utils import UsageError
+
+
+class AleVecEnv(VecEnv):
+    """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations ``[N, n_stack, 84, 84]`` uint8.
+
+    The id's own emulator settings are kept (sticky actions for ``ALE/...-v5`` ids, the action
+    set, the 108,000-frame cap); ``max_episode_frames`` overrides the cap. Env i is seeded with
+    ``seed + i`` at the first reset. ``num_threads=0`` lets ale-py choose (one per core).
+    """
+
+    render_mode = None  # nothing to render: the screens stay in C++
+
+    def __init__(self, env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0,
+                 max_episode_frames: Optional[int] = None, num_threads: int = 0) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        settings = gym.registry[env_name].kwargs
+        if "game" not in settings:
+            raise UsageError(f"'{env_name}' does not name an ALE game")
+        self.env_name, self.seed_value = env_name, seed
+        self.ale = AtariVectorEnv(
+            settings["game"], num_envs, num_threads=num_threads, stack_num=n_stack,
+            repeat_action_probability=settings.get("repeat_action_probability", 0.0),
+            full_action_space=settings.get("full_action_space", False),
+            max_num_frames_per_episode=max_episode_frames or settings.get("max_num_frames_per_episode", 108_000),
+            noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+            episodic_life=False,   # would reset the whole game at every life loss
+            life_loss_info=True,   # a life loss ends the learning episode; the game goes on
+            reward_clipping=False,  # clipped here, so the raw score can be reported
+            autoreset_mode="SameStep")
+        super().__init__(num_envs, self.ale.single_observation_space, self.ale.single_action_space)
+        self._actions: Optional[np.ndarray] = None
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._game_start = np.zeros(num_envs, dtype=np.int64)  # frame_number at which each game began
+        self._game_time = np.zeros(num_envs, dtype=np.float64)
+        self._first_reset = True
+
+    # ------------------------------------------------------------------ VecEnv
+    def reset(self) -> np.ndarray:
+        seed = self.seed_value if self._first_reset else None
+        self._first_reset = False
+        obs, info = self.ale.reset(seed=seed)
+        self._returns[:] = 0.0
+        self._game_start[:] = self._starts(info)
+        self._game_time[:] = time.perf_counter()
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        self.ale.send(self._actions)
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        obs, rewards, terminated, truncated, info = self.ale.recv()
+        raw = rewards.astype(np.float64)
+        self._returns += raw
+        dones = terminated | truncated
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        if dones.any():
+            starts = self._starts(info)
+            game_over = starts != self._game_start  # the game was reset: its frame origin moved
+            now = time.perf_counter()
+            for i in np.flatnonzero(dones):
+                if truncated[i] and not terminated[i]:
+                    infos[i]["TimeLimit.truncated"] = True
+                    infos[i]["terminal_observation"] = info["final_obs"][i]
+                if game_over[i]:
+                    infos[i]["episode"] = {"r": float(self._returns[i]), "l": int(starts[i] - self._game_start[i]),
+                                           "t": round(now - self._game_time[i], 6)}
+                    self._returns[i] = 0.0
+                    self._game_start[i] = starts[i]
+                    self._game_time[i] = now
+        return obs, np.sign(raw).astype(np.float32), dones, infos
+
+    def close(self) -> None:
+        self.ale.close()
+
+    @staticmethod
+    def _starts(info: dict[str, np.ndarray]) -> np.ndarray:
+        return info["frame_number"].astype(np.int64) - info["episode_frame_number"].astype(np.int64)
+
+    # The attribute interface of VecEnv: these envs live in C++ and expose nothing per env.
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        raise AttributeError("AleVecEnv has no per-env attributes to set")
+
+    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        raise AttributeError(f"AleVecEnv cannot call {method_name!r} on its C++ envs")
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        return [False] * len(self._get_indices(indices))
+
+    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
+        if indices is None:
+            return range(self.num_envs)
+        return [indices] if isinstance(indices, int) else list(indices)
