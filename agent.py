@@ -69,14 +69,14 @@ class A2CAgent:
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ acting
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """Sample one action per env: returns actions ``[N]``, values ``[N]`` and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
         actions = Categorical(logits=logits).sample()
         return actions, values, state
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """Values ``[N]`` for bootstrapping; ``state`` is not advanced."""
         return self.model.value(obs, state, episode_starts)
@@ -186,10 +186,11 @@ class A2CAgent:
 def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: int,
                       device: torch.device | str = "cpu") -> A2CAgent:
     """A fresh agent with the network and optimizer that ``config`` describes."""
-    model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size).to(device)
+    model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
+                        arch=config.arch, channels_last=config.channels_last).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
-    intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta).to(device) \
-        if config.icm else None
+    intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,
+                    channels_last=config.channels_last).to(device) if config.icm else None
     return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
                     entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
                     gamma=config.gamma, gae_lambda=config.gae_lambda, intrinsic=intrinsic,

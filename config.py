@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 
+ARCHS = ("universe", "nature")  # the conv encoders of model.py
+
+
 @dataclass
 class Config:
     # --- environment
@@ -24,6 +27,9 @@ class Config:
     """Seeds torch, numpy, Python's random and the envs (env i gets seed + i)."""
 
     # --- model
+    arch: str = "universe"
+    """universe: 4 conv layers (32 3x3 filters, stride 2, ELU) giving 288 features; nature: the
+    Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units, ReLU), about twice as fast on the CPU."""
     recurrent: bool = True
     """Conv encoder followed by an LSTMCell; False drops the LSTM (feed-forward)."""
     hidden_size: int = 256
@@ -68,6 +74,8 @@ class Config:
     # --- hardware
     cuda: bool = True
     """Train on the GPU when CUDA is available (else say so and use the CPU)."""
+    channels_last: bool = True
+    """Conv weights and activations in channels-last (NHWC) memory order: the same network, faster on the CPU."""
     threads: int = 0
     """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
 

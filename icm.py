@@ -52,11 +52,13 @@ class ICM(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
-                 hidden_size: int = 256) -> None:
+                 hidden_size: int = 256, channels_last: bool = False) -> None:
         super().__init__()
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "hidden_size": int(hidden_size)}
         self.num_actions, self.eta, self.beta = num_actions, eta, beta
-        self.phi = ConvEncoder(obs_shape[0])
+        self.phi = ConvEncoder(obs_shape[0], channels_last)
+        if channels_last:
+            self.phi.to(memory_format=torch.channels_last)
         features = self.phi.out_features
         self.inverse = nn.Sequential(nn.Linear(2 * features, hidden_size), nn.ELU(),
                                      nn.Linear(hidden_size, num_actions))

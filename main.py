@@ -15,15 +15,15 @@ import tempfile
 import time
 from typing import Any, Optional, Sequence
 
-from config import Config, field_doc
+from config import ARCHS, Config, field_doc
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "recurrent", "hidden_size", "seed", "optimizer", "log_dir",
-                "icm", "icm_normalize"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "seed", "optimizer",
+                "log_dir", "icm", "icm_normalize"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("recurrent", "hidden_size", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -52,6 +52,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--vec-env", field="vec_env", choices=["dummy", "subproc", "ale"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
     flag("--seed", field="seed", type=int)
+    flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
@@ -72,6 +73,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--icm-normalize", "icm_normalize")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
+    switch("--channels-last", "channels_last")
     flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")

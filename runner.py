@@ -48,6 +48,9 @@ class Runner:
         self.writer = writer
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device)
         self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
+        # On a GPU, each step's frames go through one page-locked buffer in a single asynchronous copy.
+        self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=torch.uint8,
+                                    pin_memory=True) if self.device.type == "cuda" else None
         self.obs = self._to_tensor(envs.reset())
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop_requested = False
@@ -59,8 +62,13 @@ class Runner:
 
     # ------------------------------------------------------------------ collection
     def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """The one place where env output (numpy) becomes torch."""
-        return torch.as_tensor(obs, device=self.device)
+        """The one place where env frames (numpy uint8) become torch: shared without a copy on the
+        CPU; on a GPU, staged in pinned memory and copied asynchronously (the copy is finished
+        before the buffer is reused, since the next step waits for the actions it computed)."""
+        if self._staging is None or obs.shape != self._staging.shape:
+            return torch.as_tensor(obs, device=self.device)
+        self._staging.copy_(torch.from_numpy(obs))
+        return self._staging.to(self.device, non_blocking=True)
 
     def collect(self) -> Batch:
         """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""

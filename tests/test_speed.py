@@ -1,0 +1,107 @@
+"""The speed options change how the network is computed, not what it computes or learns.
+
+* channels-last memory order: the same weights, outputs and training losses (to float rounding);
+* the Nature-DQN encoder (``--arch nature``): its shape, and that its checkpoints play back;
+* acting under ``torch.inference_mode``: the same actions and values as with gradients off.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import utils
+from agent import agent_from_config, load_model
+from config import Config
+from envs import make_vec_env
+from model import ActorCritic, NatureEncoder
+from runner import Runner
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def short_run(tmp_path, **overrides) -> list[dict[str, float]]:
+    config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
+                    **overrides)
+    utils.seed_everything(config.seed)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
+                        config.max_episode_frames)
+    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    tmp_path.mkdir()
+    runner = Runner(agent, envs, config, str(tmp_path))
+    runner.train()
+    envs.close()
+    return runner.history
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_channels_last_gives_the_same_network_and_outputs(arch, recurrent):
+    models = []
+    for channels_last in (False, True):
+        torch.manual_seed(0)
+        models.append(ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=channels_last))
+    plain, fast = models
+    conv = next(m for m in fast.encoder.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    for (name, a), (_, b) in zip(plain.state_dict().items(), fast.state_dict().items()):
+        assert torch.equal(a, b), name  # same initial values, only the memory order differs
+    obs = torch.randint(0, 256, (3, 5, 4, 84, 84), dtype=torch.uint8)
+    starts = torch.zeros(3, 5)
+    for a, b in zip(plain.forward_sequence(obs, plain.initial_state(5), starts)[:2],
+                    fast.forward_sequence(obs, fast.initial_state(5), starts)[:2]):
+        assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_channels_last_training_gives_the_same_losses(tmp_path, arch, recurrent):
+    # Rounding differences (sums in another order) grow a little with each RMSprop step, so the
+    # run is short: 3 updates agree to 1e-3 relative (the first one to about 1e-6).
+    plain = short_run(tmp_path / "plain", channels_last=False, arch=arch, recurrent=recurrent)
+    fast = short_run(tmp_path / "fast", channels_last=True, arch=arch, recurrent=recurrent)
+    for key in ("total", "policy", "value", "entropy", "grad_norm"):
+        assert_close(torch.tensor([h[key] for h in fast]), torch.tensor([h[key] for h in plain]),
+                     rtol=1e-3, atol=1e-6, msg=key)
+
+
+def test_nature_encoder_is_the_dqn_network():
+    enc = NatureEncoder((4, 84, 84))
+    shapes = [tuple(p.shape) for p in enc.parameters()]
+    assert shapes == [(32, 4, 8, 8), (32,), (64, 32, 4, 4), (64,), (64, 64, 3, 3), (64,), (512, 3136), (512,)]
+    assert enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 512)
+    lstm = ActorCritic((4, 84, 84), 6, recurrent=True, arch="nature", hidden_size=64)
+    assert lstm.lstm.input_size == 512 and lstm.spec["arch"] == "nature"
+
+
+def test_nature_checkpoint_plays_back(tmp_path):
+    config = Config(arch="nature", recurrent=False)
+    agent = agent_from_config(config, (4, 84, 84), 6)
+    path = str(tmp_path / "a2c_last")
+    utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, **agent.state(full=False)}, path)
+    model = load_model(path)
+    assert isinstance(model.encoder, NatureEncoder) and not model.recurrent
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        assert_close(model(obs, (), torch.zeros(2))[0], agent.model(obs, (), torch.zeros(2))[0], rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_arch_is_refused():
+    with pytest.raises(ValueError, match="unknown architecture"):
+        ActorCritic((4, 84, 84), 6, arch="resnet")
+
+
+def test_acting_in_inference_mode_matches_no_grad():
+    torch.manual_seed(1)
+    agent = agent_from_config(Config(hidden_size=32), (4, 84, 84), 6)
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    state, starts = agent.model.initial_state(4), torch.zeros(4)
+    torch.manual_seed(7)
+    actions, values, next_state = agent.act(obs, state, starts)
+    with torch.no_grad():
+        logits, ref_values, ref_state = agent.model(obs, state, starts)
+    torch.manual_seed(7)
+    ref_actions = torch.distributions.Categorical(logits=logits).sample()
+    assert torch.equal(actions, ref_actions)
+    assert torch.equal(values, ref_values)
+    assert all(torch.equal(a, b) for a, b in zip(next_state, ref_state))
+    # The state it returns starts the next rollout, which is trained through: it must be usable with autograd.
+    agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
