@@ -1,44 +1,319 @@
-"""Play a saved agent for whole episodes and report raw game scores."""
+"""Evaluate a saved agent: whole games under a fixed protocol, raw scores, optional videos.
+
+Two evaluation protocols build the envs (`make_eval_envs`), always with the training pipeline's
+wrappers, so the network sees exactly what it saw in training::
+
+    gym.make(id) -> [GameRecorder] -> Monitor -> AtariWrapper -> DummyVecEnv -> frame stack -> [C, H, W]
+
+- ``classic``, the NoFrameskip-v4 protocol: up to 30 no-op starts, no sticky actions, the minimal
+  action set (and the id's own ALE frame limit, 108,000 frames for the registered Atari ids).
+- ``machado``, Machado et al. 2018 ("Revisiting the ALE"): sticky actions with probability 0.25
+  (in the emulator, per frame), no no-op starts, games capped at 108,000 emulator frames, the
+  full action set optionally.
+
+Scores are raw full-game scores over all lives (the Monitor sits under the Atari wrappers);
+the agent still sees a lost life as the end of its episode, and its memory is reset there,
+as in training.
+"""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.atari_wrappers import AtariWrapper
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 from torch.distributions import Categorical
 
 from model import ActorCritic
+from utils import UsageError, atomic_write
+
+PROTOCOLS = ("classic", "machado")
+MACHADO_MAX_FRAMES = 108_000  # 30 minutes of play at 60 frames a second
+VIDEO_FPS = 60  # the emulator's frame rate: every emulator frame is written
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What an evaluation protocol sets in the emulator and the Atari wrapper."""
+
+    repeat_action_probability: float
+    noop_max: int
+    max_episode_frames: Optional[int]  # a time limit on top of the id's own; None: the id's own only
+
+
+PROTOCOL_SETTINGS = {
+    "classic": Protocol(repeat_action_probability=0.0, noop_max=30, max_episode_frames=None),
+    "machado": Protocol(repeat_action_probability=0.25, noop_max=0, max_episode_frames=MACHADO_MAX_FRAMES),
+}
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass
+class EvalResult:
+    """Raw full-game scores and lengths (emulator frames) of the evaluated episodes.
+
+    ``std`` is the population standard deviation (``ddof=0``, numpy's default). The statistics
+    of an empty result are NaN.
+    """
+
+    scores: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def _stat(self, fn) -> float:
+        return float(fn(np.asarray(self.scores, dtype=np.float64))) if self.scores else float("nan")
+
+    @property
+    def mean(self) -> float:
+        return self._stat(np.mean)
+
+    @property
+    def std(self) -> float:
+        return self._stat(np.std)
+
+    @property
+    def median(self) -> float:
+        return self._stat(np.median)
+
+    @property
+    def min(self) -> float:
+        return self._stat(np.min)
+
+    @property
+    def max(self) -> float:
+        return self._stat(np.max)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"episodes": len(self.scores), "mean": self.mean, "std": self.std, "median": self.median,
+                "min": self.min, "max": self.max, "scores": [float(s) for s in self.scores],
+                "lengths": [int(n) for n in self.lengths]}
+
+
+def episode_shares(episodes: int, num_envs: int) -> list[int]:
+    """Episodes each env plays: env i plays ``(episodes + i) // num_envs`` (they sum to ``episodes``)."""
+    return [(episodes + i) // num_envs for i in range(num_envs)]
 
 
 @torch.no_grad()
-def evaluate(model: ActorCritic, envs: VecEnv, episodes: int) -> list[float]:
-    """Raw full-game scores of ``episodes`` episodes, played with actions sampled from the policy.
+def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: bool = False) -> EvalResult:
+    """Play ``episodes`` whole games; return their raw scores and lengths.
 
-    Each env plays a fixed share of the episodes (env i plays ``(episodes + i) // num_envs``), so
-    short episodes are not over-counted by envs that happen to finish first. Scores come from
-    the Monitor under the Atari wrappers: unclipped, all lives.
+    Actions are sampled from the policy, or with ``deterministic=True`` the most probable action
+    (argmax of the logits) is taken. Each env plays a fixed share of the episodes (see
+    `episode_shares`), so short games are not over-counted by envs that happen to finish first;
+    the envs step together as one vector. Scores and lengths come from the Monitor under the
+    Atari wrappers (``info["episode"]``): unclipped, all lives, lengths in emulator frames. The
+    recurrent state is reset where the agent's episode ends (``dones``, a lost life included).
     """
     device = next(model.parameters()).device
     n = envs.num_envs
-    targets = [(episodes + i) // n for i in range(n)]
+    targets = episode_shares(episodes, n)
     played = [0] * n
-    scores: list[float] = []
+    result = EvalResult()
     obs = torch.as_tensor(envs.reset(), device=device)
     state = model.initial_state(n, device)
     episode_starts = torch.ones(n, device=device)
     while any(p < t for p, t in zip(played, targets)):
         logits, _, state = model(obs, state, episode_starts)
-        actions = Categorical(logits=logits).sample()
+        actions = logits.argmax(dim=-1) if deterministic else Categorical(logits=logits).sample()
         obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
         for i, info in enumerate(infos):
             if "episode" in info and played[i] < targets[i]:
-                scores.append(float(info["episode"]["r"]))
+                result.scores.append(float(info["episode"]["r"]))
+                result.lengths.append(int(info["episode"].get("l", 0)))
                 played[i] += 1
         obs = torch.as_tensor(obs_np, device=device)
         episode_starts = torch.as_tensor(dones, dtype=torch.float32, device=device)
-    return scores
+    return result
 
 
-def summarize(scores: list[float]) -> str:
-    s = np.asarray(scores, dtype=np.float64)
-    return (f"episodes: {len(s)}  mean: {s.mean():.2f}  std: {s.std():.2f}  "
-            f"min: {s.min():.2f}  max: {s.max():.2f}")
+def summarize(r: EvalResult) -> str:
+    """One line: episode count, mean, std (population), median, min and max of the scores."""
+    return (f"episodes: {len(r.scores)}  mean: {r.mean:.2f}  std: {r.std:.2f}  median: {r.median:.2f}  "
+            f"min: {r.min:.2f}  max: {r.max:.2f}")
+
+
+def write_json(data: dict[str, Any], path: str) -> None:
+    """Write ``data`` as indented JSON, atomically (see `utils.atomic_write`)."""
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=2) + "\n"), binary=False)
+
+
+# ------------------------------------------------------------------------------------------------ video
+class GameRecorder(gym.Wrapper):
+    """Records the real game screen (RGB 210x160) of each full game as an .mp4, one frame per emulator frame.
+
+    Sits directly on the raw env (frame skip 1), under the Monitor: a video holds the screen after
+    the reset and after every emulator frame of the game, so a game of ``l`` frames (the Monitor's
+    ``info["episode"]["l"]``) gives ``l + 1`` video frames, written at 60 fps (real time). Frames
+    are streamed to the file as they come. When the game ends (terminated or truncated), the file
+    is closed and renamed ``{prefix}_episode{NNN}_score{S}.mp4``; a game that is cut short (reset
+    before its end, or the env closed) leaves no file. Only the first ``max_games`` games are
+    recorded. The k-th recorded game (k = 0, 1, ...) gets episode number
+    ``first_episode + k * episode_stride``.
+    """
+
+    def __init__(self, env: gym.Env, directory: str, prefix: str, first_episode: int = 1,
+                 episode_stride: int = 1, max_games: Optional[int] = None, fps: float = VIDEO_FPS) -> None:
+        super().__init__(env)
+        self.directory, self.prefix = directory, prefix
+        self.first_episode, self.episode_stride = first_episode, episode_stride
+        self.max_games, self.fps = max_games, fps
+        self.recorded = 0  # finished games written to disk
+        self.paths: list[str] = []
+        self._writer: Any = None
+        self._tmp_path: Optional[str] = None
+        self._score = 0.0
+
+    @property
+    def episode(self) -> int:
+        return self.first_episode + self.recorded * self.episode_stride
+
+    def reset(self, **kwargs):
+        self._discard()
+        obs, info = self.env.reset(**kwargs)
+        self._score = 0.0
+        if self.max_games is None or self.recorded < self.max_games:
+            self._start()
+            self._write_screen()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._score += float(reward)
+        if self._writer is not None:
+            self._write_screen()
+            if terminated or truncated:
+                self._finish()
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self._discard()
+        super().close()
+
+    def _start(self) -> None:
+        import cv2
+
+        self._tmp_path = os.path.join(self.directory, f".tmp-{self.prefix}_episode{self.episode:03d}.mp4")
+        height, width = self.env.unwrapped.ale.getScreenDims()
+        self._writer = cv2.VideoWriter(self._tmp_path, cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
+        if not self._writer.isOpened():
+            self._writer = None
+            raise OSError(f"cannot write video file {self._tmp_path}")
+
+    def _write_screen(self) -> None:
+        screen = self.env.unwrapped.ale.getScreenRGB()  # [210, 160, 3] RGB
+        self._writer.write(np.ascontiguousarray(screen[:, :, ::-1]))  # OpenCV wants BGR
+
+    def _finish(self) -> None:
+        self._writer.release()
+        self._writer = None
+        path = os.path.join(self.directory, f"{self.prefix}_episode{self.episode:03d}_score{self._score:g}.mp4")
+        os.replace(self._tmp_path, path)
+        self._tmp_path = None
+        self.paths.append(path)
+        self.recorded += 1
+
+    def _discard(self) -> None:
+        """Drop the game being recorded, if any (it did not finish)."""
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+        if self._tmp_path is not None:
+            if os.path.exists(self._tmp_path):
+                os.unlink(self._tmp_path)
+            self._tmp_path = None
+
+    def __del__(self) -> None:
+        try:
+            self._discard()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------------------------------------ envs
+def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
+                   full_action_space: bool = False, video_dir: Optional[str] = None,
+                   max_episodes_per_env: Union[int, Sequence[int], None] = None,
+                   max_episode_frames: Optional[int] = None) -> VecEnv:
+    """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
+    ``[num_envs, n_stack, 84, 84]`` uint8, exactly as in training (see ``envs.make_vec_env``).
+
+    Env i is seeded with ``seed + i``. ``full_action_space`` (machado only) plays with all 18
+    actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames (a
+    time-limit truncation; meant for short test games). With ``video_dir``, env i records its
+    games there (see `GameRecorder`), at most ``max_episodes_per_env`` of them (an int for every
+    env, or one per env; None: all). Episode numbers are unique across envs: with one cap per
+    env (e.g. `episode_shares`) env i numbers its games after the caps of envs 0..i-1, so the
+    numbers run 1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap;
+    without caps, the k-th game of env i is number ``k * num_envs + i + 1``.
+    """
+    from envs import _make_ale, check_env_id
+
+    if protocol not in PROTOCOL_SETTINGS:
+        raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
+    if full_action_space and protocol != "machado":
+        raise UsageError("--full-action-space belongs to --protocol machado (the classic protocol plays the "
+                         "minimal action set)")
+    check_env_id(env_name)
+    settings = PROTOCOL_SETTINGS[protocol]
+    env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
+                                  "full_action_space": bool(full_action_space)}
+    # v5 ids skip frames in the emulator; the Atari wrapper does the skipping (with max-pooling) here.
+    if gym.registry[env_name].kwargs.get("frameskip", 1) != 1:
+        env_kwargs["frameskip"] = 1
+    cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
+    if cap is not None:
+        env_kwargs["max_episode_steps"] = int(cap)
+
+    caps: list[Optional[int]]
+    if max_episodes_per_env is None or isinstance(max_episodes_per_env, int):
+        caps = [max_episodes_per_env] * num_envs
+    else:
+        caps = [int(c) for c in max_episodes_per_env]
+        if len(caps) != num_envs:
+            raise ValueError(f"max_episodes_per_env has {len(caps)} entries for {num_envs} envs")
+    if video_dir is not None:
+        try:
+            os.makedirs(video_dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=video_dir):
+                pass
+        except OSError as exc:
+            raise UsageError(f"cannot write videos to '{video_dir}': {exc.strerror or exc}") from None
+
+    def numbering(rank: int) -> tuple[int, int]:
+        """(first episode number, stride) of env ``rank``'s recorded games."""
+        if caps[rank] is None:
+            return rank + 1, num_envs
+        return 1 + sum(caps[:rank]), 1  # type: ignore[arg-type]
+
+    def make_env(rank: int):
+        def _init() -> gym.Env:
+            env = _make_ale(env_name, **env_kwargs)
+            env.action_space.seed(seed + rank)
+            if video_dir is not None:
+                first, stride = numbering(rank)
+                env = GameRecorder(env, video_dir, f"env{rank:02d}", first_episode=first, episode_stride=stride,
+                                   max_games=caps[rank])
+            env = Monitor(env)
+            return AtariWrapper(env, noop_max=settings.noop_max)
+        return _init
+
+    venv = DummyVecEnv([make_env(i) for i in range(num_envs)])
+    venv.seed(seed)
+    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))
+
+
+def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:
+    """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
+    limit, whichever is smaller); None when neither limits it."""
+    limits = [max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames,
+              gym.registry[env_name].kwargs.get("max_num_frames_per_episode")]
+    limits = [int(x) for x in limits if x]
+    return min(limits) if limits else None
+

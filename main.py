@@ -22,6 +22,8 @@ from config import ARCHS, Config, field_doc
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
 RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "seed", "optimizer",
                 "log_dir", "icm", "icm_normalize"}
+# Flags of --eval only: given without --eval they are refused rather than silently ignored.
+EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "n_stack")
 
@@ -91,6 +93,26 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
                       help="checkpoint to play with --eval (any of a2c_best_loss, a2c_best_reward, a2c_last)")
     mode.add_argument("--episodes", type=positive_int, default=10 if with_defaults else argparse.SUPPRESS,
                       metavar="N", help="episodes to play with --eval")
+    policy = mode.add_mutually_exclusive_group()
+    policy.add_argument("--deterministic", dest="deterministic", action="store_true",
+                        default=False if with_defaults else argparse.SUPPRESS,
+                        help="with --eval, take the most probable action (argmax) instead of sampling one")
+    policy.add_argument("--stochastic", dest="deterministic", action="store_false", default=argparse.SUPPRESS,
+                        help="with --eval, sample actions from the policy, as in training (the default)")
+    mode.add_argument("--protocol", choices=["classic", "machado"],
+                      default="classic" if with_defaults else argparse.SUPPRESS,
+                      help="with --eval: 'classic' (NoFrameskip-v4: up to 30 no-op starts, no sticky actions) or "
+                           "'machado' (Machado et al. 2018: sticky actions 0.25, no no-op starts, games capped at "
+                           "108,000 frames)")
+    mode.add_argument("--full-action-space", action=argparse.BooleanOptionalAction,
+                      default=False if with_defaults else argparse.SUPPRESS,
+                      help="with --eval --protocol machado, play with all 18 Atari actions (the network must have 18)")
+    mode.add_argument("--eval-envs", type=positive_int, default=None if with_defaults else argparse.SUPPRESS,
+                      metavar="N", help="envs played in parallel with --eval; none given: min(episodes, 8)")
+    mode.add_argument("--json", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
+                      help="with --eval, write the scores and statistics to this JSON file")
+    mode.add_argument("--video", metavar="DIR", default=None if with_defaults else argparse.SUPPRESS,
+                      help="with --eval, record each game's screen as an .mp4 into this directory")
     return p
 
 
@@ -115,10 +137,14 @@ def _unit_interval(text: str) -> float:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.Namespace, set[str]]:
-    """Settings, the mode flags, and the names of the settings typed on the command line."""
+    """Settings, the mode flags, and the names of the settings typed on the command line.
+
+    ``args.typed`` holds the names of every flag typed, settings and mode flags alike.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     typed = set(vars(build_parser(with_defaults=False).parse_args(argv)))
+    args.typed = typed
     fields = {f.name for f in dataclasses.fields(Config)}
     config = Config(**{k: v for k, v in vars(args).items() if k in fields})
     return config, args, typed & fields
@@ -257,30 +283,56 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     return 1 if "non-finite" in runner.stop_reason else 0
 
 
-def play(config: Config, typed: set[str], load: str, episodes: int) -> int:
-    """Play ``episodes`` episodes with the agent saved at ``load`` and print its raw scores."""
+def play(config: Config, typed: set[str], load: str, episodes: int, *, deterministic: bool = False,
+         protocol: str = "classic", full_action_space: bool = False, eval_envs: Optional[int] = None,
+         json_path: Optional[str] = None, video_dir: Optional[str] = None) -> int:
+    """Play ``episodes`` whole games with the agent saved at ``load``; print (and optionally save) raw scores.
+
+    The envs follow the evaluation ``protocol`` (see ``evaluate.make_eval_envs``); a typed
+    ``--max-episode-frames`` replaces its cap on a game's length (the training run's cap is not
+    inherited). ``eval_envs`` envs (default min(episodes, 8), never more than ``episodes``) play
+    in parallel, seeded apart from any training envs.
+    """
     from agent import load_model
-    from envs import make_vec_env
-    from evaluate import evaluate, summarize
-    from utils import load_checkpoint, seed_everything
+    from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
+    from utils import UsageError, load_checkpoint, seed_everything
 
     checkpoint = load_checkpoint(load)
     env_name = config.env_name if "env_name" in typed else checkpoint["env_name"]
     settings = settings_from_checkpoint(checkpoint, load, config, typed - {"env_name"},
                                         allowed=set(typed) - set(ARCHITECTURE))
+    if json_path is not None:  # find out before playing, not after
+        try:
+            with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(json_path))):
+                pass
+        except OSError as exc:
+            raise UsageError(f"cannot write --json file '{json_path}': {exc.strerror or exc}") from None
+    max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
+    num_envs = min(eval_envs or 8, episodes)
+    seed = config.seed + 1_000_000  # evaluation envs are seeded apart from any training envs
     device = pick_device(config.cuda, config.threads)
     seed_everything(config.seed)
-    # Evaluation envs are seeded apart from any training envs.
-    envs = make_vec_env(env_name, min(settings.num_envs, episodes), settings.n_stack, config.seed + 1_000_000,
-                        "dummy", settings.max_episode_frames)
+    envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
+                          episode_shares(episodes, num_envs), max_frames)
     try:
-        check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, int(envs.action_space.n), env_name)
+        num_actions = int(envs.action_space.n)
+        if full_action_space and checkpoint["model_spec"]["num_actions"] != num_actions:
+            raise UsageError(f"checkpoint {load} has {checkpoint['model_spec']['num_actions']} actions (the action set "
+                             f"it was trained on); {env_name} with --full-action-space has {num_actions}")
+        check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, num_actions, env_name)
         model = load_model(load, device)
-        scores = evaluate(model, envs, episodes)
+        result = evaluate(model, envs, episodes, deterministic)
     finally:
         envs.close()
-    print("scores: " + " ".join(f"{s:g}" for s in scores))
-    print(summarize(scores))
+    print("scores: " + " ".join(f"{s:g}" for s in result.scores))
+    print(summarize(result))
+    if json_path is not None:
+        write_json({"checkpoint": os.path.abspath(load), "checkpoint_step": checkpoint.get("step"),
+                    "env_name": env_name, "protocol": protocol, "deterministic": bool(deterministic),
+                    "full_action_space": bool(full_action_space),
+                    "max_episode_frames": effective_frame_cap(env_name, protocol, max_frames),
+                    "eval_envs": num_envs, "seed": seed,
+                    "video_dir": os.path.abspath(video_dir) if video_dir else None, **result.to_dict()}, json_path)
     return 0
 
 
@@ -292,9 +344,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.eval:
             if args.load is None:
                 raise UsageError("--eval needs --load PATH (a checkpoint to play)")
-            return play(config, typed, args.load, args.episodes)
+            return play(config, typed, args.load, args.episodes, deterministic=args.deterministic,
+                        protocol=args.protocol, full_action_space=args.full_action_space, eval_envs=args.eval_envs,
+                        json_path=args.json, video_dir=args.video)
         if args.load is not None:
             raise UsageError("--load is for --eval; to continue training use --resume PATH")
+        typed_eval = [name for name in EVAL_ONLY if name in args.typed]
+        if typed_eval:
+            flag = "--deterministic/--stochastic" if typed_eval[0] == "deterministic" else \
+                f"--{typed_eval[0].replace('_', '-')}"
+            raise UsageError(f"{flag} is for --eval (with --load PATH)")
         if args.resume is not None:
             from utils import load_checkpoint
 

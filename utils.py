@@ -9,7 +9,7 @@ import pickle
 import random
 import tempfile
 from collections import deque
-from typing import Any, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -70,7 +70,12 @@ def _as_tuples(value: Any) -> Any:
 # Checkpoints: atomic writes, safe reads
 # ---------------------------------------------------------------------------------------------
 def atomic_save(obj: Any, path: str) -> None:
-    """Write `obj` with `torch.save` so that a kill at any moment leaves the old file intact.
+    """Write `obj` with `torch.save` so that a kill at any moment leaves the old file intact."""
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write(path: str, write: Callable[[IO], Any], binary: bool = True) -> None:
+    """Create or replace the file `path` with what `write(file)` writes, all or nothing.
 
     The data goes to a temporary file in the same directory, is flushed to disk, and then
     replaces `path` with one `os.replace` (atomic on POSIX and Windows).
@@ -78,11 +83,11 @@ def atomic_save(obj: Any, path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp_path = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path), dir=directory)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; the result is an ordinary file
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):

@@ -134,7 +134,7 @@ def run_one(args: argparse.Namespace, setting: str, seed: int) -> Result:
     eval_envs = make_corridor_vec_env(config.num_envs, seed + EVAL_SEED_OFFSET, args.length, args.max_steps,
                                       config.n_stack, args.back_to_start)
     try:
-        scores = evaluate(agent.model, eval_envs, args.eval_episodes)
+        scores = evaluate(agent.model, eval_envs, args.eval_episodes).scores
     finally:
         eval_envs.close()
 

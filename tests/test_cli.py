@@ -143,6 +143,10 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),
     (["--eval", "--load", "/no/such/file"], "checkpoint not found"),
     (["--eval"], "--eval needs --load"),
+    (["--json", "out.json"], "--json is for --eval"),
+    (["--stochastic"], "--deterministic/--stochastic is for --eval"),
+    (["--arch", "resnet"], "--arch: invalid choice: 'resnet'"),
+    (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, message):
     assert message in _one_line_error(capsys, argv)

@@ -72,7 +72,7 @@ def train_and_evaluate(recurrent: bool, run_dir: Path, seed: int = SEED) -> tupl
         envs.close()
     eval_envs = make_memory_vec_env(config.num_envs, seed + EVAL_SEED_OFFSET, LENGTH, config.n_stack)
     try:
-        scores = evaluate(agent.model, eval_envs, EVAL_EPISODES)
+        scores = evaluate(agent.model, eval_envs, EVAL_EPISODES).scores
     finally:
         eval_envs.close()
     assert len(scores) == EVAL_EPISODES
