@@ -152,9 +152,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 
 # ------------------------------------------------------------------------------------------------
 def pick_device(want_cuda: bool, threads: int = 0):
-    """The torch device to use, after setting the CPU thread count (0: torch's default)."""
+    """The torch device to use, after setting the CPU thread count (0: torch's default) and
+    letting malloc keep freed activations for reuse (see `utils.keep_freed_memory`)."""
     import torch
 
+    from utils import keep_freed_memory
+
+    keep_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if want_cuda and torch.cuda.is_available():

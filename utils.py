@@ -157,3 +157,42 @@ def linear_schedule(base: float, progress: float) -> float:
     """Value of a linear decay from `base` (progress 0) to 0 (progress 1)."""
     return base * max(0.0, 1.0 - progress)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Process memory
+# ---------------------------------------------------------------------------------------------
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
+
+
+def keep_freed_memory(enable: bool = True) -> bool:
+    """Let glibc's malloc reuse freed large blocks instead of returning them to the OS.
+
+    By default glibc serves each block over a threshold (128 KiB to 32 MiB, adjusting itself)
+    with a fresh ``mmap`` and unmaps it when freed, so every activation of a training step is
+    new memory whose pages fault in on first touch: on a small CPU that cost is a large share
+    of an update. Raising the mmap threshold to its 32 MiB maximum and the trim threshold far
+    above it keeps those blocks in the heap. Peak memory is unchanged (it is reused, not
+    grown). ``enable=False`` sets glibc's default thresholds back (fixed, without glibc's own
+    adjustment). Returns False where glibc is not the allocator (nothing is changed then).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mmap, trim = (32 * 1024 * 1024, 1024 * 1024 * 1024) if enable else (128 * 1024, 128 * 1024)
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))
+
+
+def resident_memory_mib() -> float:
+    """This process's resident set size now (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
