@@ -90,6 +90,11 @@ class Config:
     """Updates between histograms of advantages and values."""
     checkpoint_interval: int = 1000
     """Updates between writes of a2c_last (it is also written at exit)."""
+    eval_interval: int = 0
+    """Updates between evaluations of the current policy on separate envs (eval/ curves in
+    TensorBoard, the best kept as a2c_best_eval); 0: none."""
+    eval_episodes: int = 10
+    """Whole games played at each evaluation (with --eval-interval)."""
     progress: bool = True
     """Live progress bar on the console."""
 

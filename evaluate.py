@@ -29,7 +29,6 @@ import torch
 from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecFrameStack, VecTransposeImage
-from torch.distributions import Categorical
 
 from model import ActorCritic
 from utils import UsageError, atomic_write
@@ -101,7 +100,8 @@ def episode_shares(episodes: int, num_envs: int) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: bool = False) -> EvalResult:
+def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: bool = False,
+             generator: Optional[torch.Generator] = None) -> EvalResult:
     """Play ``episodes`` whole games; return their raw scores and lengths.
 
     Actions are sampled from the policy, or with ``deterministic=True`` the most probable action
@@ -110,6 +110,7 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
     the envs step together as one vector. Scores and lengths come from the Monitor under the
     Atari wrappers (``info["episode"]``): unclipped, all lives, lengths in emulator frames. The
     recurrent state is reset where the agent's episode ends (``dones``, a lost life included).
+    Sampling draws from ``generator`` when given (else torch's global one).
     """
     device = next(model.parameters()).device
     n = envs.num_envs
@@ -121,7 +122,10 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
     episode_starts = torch.ones(n, device=device)
     while any(p < t for p, t in zip(played, targets)):
         logits, _, state = model(obs, state, episode_starts)
-        actions = logits.argmax(dim=-1) if deterministic else Categorical(logits=logits).sample()
+        if deterministic:
+            actions = logits.argmax(dim=-1)
+        else:
+            actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
         obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
         for i, info in enumerate(infos):
             if "episode" in info and played[i] < targets[i]:
@@ -131,6 +135,31 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
         obs = torch.as_tensor(obs_np, device=device)
         episode_starts = torch.as_tensor(dones, dtype=torch.float32, device=device)
     return result
+
+
+class PeriodicEvaluator:
+    """Evaluation during training: plays the current network for ``episodes`` whole games on envs of
+    its own (classic protocol, sampled actions, as in training), a new set of games each call.
+
+    Its actions are drawn from a random generator of its own, so evaluating leaves training's
+    random numbers, and so the training run itself, exactly as they would be without it.
+    """
+
+    def __init__(self, env_name: str, episodes: int, seed: int, n_stack: int = 4, num_envs: Optional[int] = None,
+                 max_episode_frames: Optional[int] = None) -> None:
+        self.episodes = episodes
+        self.generator = torch.Generator().manual_seed(seed)
+        self.envs = make_eval_envs(env_name, num_envs or min(episodes, 8), seed, "classic", n_stack,
+                                   max_episode_frames=max_episode_frames)
+
+    def __call__(self, model: ActorCritic) -> list[float]:
+        device = next(model.parameters()).device
+        if self.generator.device != device:  # the first call on a GPU: the same stream, on its device
+            self.generator = torch.Generator(device).manual_seed(self.generator.initial_seed())
+        return evaluate(model, self.envs, self.episodes, generator=self.generator).scores
+
+    def close(self) -> None:
+        self.envs.close()
 
 
 def summarize(r: EvalResult) -> str:

@@ -3,6 +3,7 @@
     python main.py --env-name PongNoFrameskip-v4 --cuda         train
     python main.py --resume runs/RUN/a2c_last                   continue a run
     python main.py --eval --load runs/RUN/a2c_best_reward       play saved agent, print scores
+    python main.py --plot runs/RUN_A runs/RUN_B --out runs.png  compare runs' curves
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--log-interval", field="log_interval", type=positive_int, metavar="N")
     flag("--histogram-interval", field="histogram_interval", type=positive_int, metavar="N")
     flag("--checkpoint-interval", field="checkpoint_interval", type=positive_int, metavar="N")
+    flag("--eval-interval", field="eval_interval", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
+    flag("--eval-episodes", field="eval_episodes", type=positive_int, metavar="N")
     switch("--progress", "progress")
 
     mode = p.add_argument_group("resume and evaluation")
@@ -113,6 +116,11 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
                       help="with --eval, write the scores and statistics to this JSON file")
     mode.add_argument("--video", metavar="DIR", default=None if with_defaults else argparse.SUPPRESS,
                       help="with --eval, record each game's screen as an .mp4 into this directory")
+    mode.add_argument("--plot", nargs="+", metavar="RUN_DIR", default=None if with_defaults else argparse.SUPPRESS,
+                      help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
+                           "variance, gradient norm against env steps) into one image (--out)")
+    mode.add_argument("--out", metavar="FILE.png", default="plot.png" if with_defaults else argparse.SUPPRESS,
+                      help="image written by --plot")
     return p
 
 
@@ -238,6 +246,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 
     from agent import agent_from_config
     from envs import check_env_id, make_vec_env
+    from evaluate import PeriodicEvaluator
     from runner import Runner, TrainingState, save_settings
     from utils import UsageError, seed_everything, set_rng_state
 
@@ -255,6 +264,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     env_seed = config.seed + (checkpoint["update"] * 7919 if checkpoint else 0)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, env_seed, config.vec_env,
                         config.max_episode_frames)
+    evaluator = None
     try:
         obs_shape, num_actions = envs.observation_space.shape, int(envs.action_space.n)
         agent = agent_from_config(config, obs_shape, num_actions, device)
@@ -264,7 +274,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             agent.load(checkpoint, resume)
             set_rng_state(checkpoint["rng"])
             state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
-                                  checkpoint["best_reward"], tuple(checkpoint["episode_returns"]))
+                                  checkpoint["best_reward"], tuple(checkpoint["episode_returns"]),
+                                  checkpoint.get("best_eval", -math.inf))
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
                                  f"updates; pass a larger --num-updates to train further")
@@ -273,12 +284,17 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard else None
         save_settings(config, run_dir, writer)
         print(f"run directory: {run_dir}", flush=True)
-        runner = Runner(agent, envs, config, run_dir, state, writer)
+        if config.eval_interval:  # envs of its own, seeded apart from training, as --eval does
+            evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes, config.seed + 1_000_000,
+                                          config.n_stack, max_episode_frames=config.max_episode_frames)
+        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator)
         final = runner.train()
         if writer is not None:
             writer.close()
     finally:
         envs.close()
+        if evaluator is not None:
+            evaluator.close()
     episodes = final.episodes
     returns = (f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
                if episodes.returns else "no episode finished yet")
@@ -340,11 +356,30 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     return 0
 
 
+def plot(run_dirs: list[str], out: str) -> int:
+    """Draw the runs' TensorBoard curves side by side into ``out``."""
+    from plots import plot_runs
+    from utils import UsageError
+
+    try:
+        panels = plot_runs(run_dirs, out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}: {', '.join(panels)} of {len(run_dirs)} run(s)")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     config, args, typed = parse_args(argv)
     from utils import UsageError
 
     try:
+        if args.plot:
+            return plot(args.plot, args.out)
+        if "out" in args.typed:
+            raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...]")
         if args.eval:
             if args.load is None:
                 raise UsageError("--eval needs --load PATH (a checkpoint to play)")

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,24 +25,37 @@ from tqdm import tqdm
 from agent import A2CAgent
 from config import Config
 from storage import Batch, RolloutStorage
-from utils import CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule, rng_state
+from utils import (CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule,
+                   resident_memory_mib, rng_state)
 
 class TrainingState:
     """Counters and records that a resumed run carries on from."""
 
     def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
-                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = ()) -> None:
+                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = (),
+                 best_eval: float = -math.inf) -> None:
         self.update, self.step = update, step
-        self.best_loss, self.best_reward = best_loss, best_reward
+        self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
         self.episodes = EpisodeStats(100, episode_returns)
 
 
+# Plays the current policy for whole games on envs of its own and returns their raw scores.
+Evaluator = Callable[[torch.nn.Module], Sequence[float]]
+
+
 class Runner:
-    """Drives a vector env with an agent for ``config.num_updates`` updates."""
+    """Drives a vector env with an agent for ``config.num_updates`` updates.
+
+    ``evaluator``, when given, is called every ``config.eval_interval`` updates with the network
+    (see :func:`evaluate.periodic_evaluator`); its mean score is logged as ``eval/return_mean``
+    and the best evaluated weights are kept in ``a2c_best_eval``.
+    """
 
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
-                 state: Optional[TrainingState] = None, writer: Any = None) -> None:
+                 state: Optional[TrainingState] = None, writer: Any = None,
+                 evaluator: Optional[Evaluator] = None) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
+        self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
         self.writer = writer
@@ -154,7 +167,7 @@ class Runner:
         previous_handlers = self._install_signal_handlers()
         bar = tqdm(total=cfg.total_steps, initial=st.step, unit="step", unit_scale=True,
                    disable=not cfg.progress, dynamic_ncols=True, file=sys.stderr)
-        interval: dict[str, float] = {}  # sums of the stats of the good updates since the last log
+        interval: dict[str, list[float]] = {}  # [sum, count] of each finite stat of the good updates since the last log
         interval_updates = skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
         try:
@@ -166,7 +179,7 @@ class Runner:
                 stats = self.agent.update(batch, before_step=self._maybe_save_best_loss)
                 st.update += 1
                 st.step += cfg.steps_per_update
-                stats["explained_variance"] = explained_variance(batch.values, batch.returns)
+                stats.update(rollout_stats(batch))
                 stats["lr"] = self.agent.lr
                 self.history.append(stats)
 
@@ -181,17 +194,23 @@ class Runner:
                     skipped_in_a_row = 0
                     interval_updates += 1
                     for key, value in stats.items():
-                        interval[key] = interval.get(key, 0.0) + value
+                        if math.isfinite(value):  # e.g. explained variance is undefined for constant returns
+                            total = interval.setdefault(key, [0.0, 0])
+                            total[0] += value
+                            total[1] += 1
 
                 if self.writer is not None and st.update % cfg.log_interval == 0 and interval_updates:
                     now = time.perf_counter()
                     fps = (st.step - tic_step) / max(now - tic, 1e-9)
                     tic, tic_step = now, st.step
-                    self._log_scalars({k: v / interval_updates for k, v in interval.items()}, fps)
+                    self._log_scalars({k: total / count for k, (total, count) in interval.items()}, fps)
                     interval, interval_updates = {}, 0
                 if self.writer is not None and st.update % cfg.histogram_interval == 0:
                     self.writer.add_histogram("rollout/advantages", batch.advantages, st.step)
                     self.writer.add_histogram("rollout/values", batch.values, st.step)
+                    self.writer.add_histogram("rollout/returns", batch.returns, st.step)
+                if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
+                    self.evaluate()
                 if self.new_episodes and st.episodes.mean > st.best_reward:
                     st.best_reward = st.episodes.mean
                     self.save("a2c_best_reward", full=False)
@@ -218,6 +237,24 @@ class Runner:
             w.add_scalar(tag, value, step)
         w.add_scalar("train/lr", self.agent.lr, step)
         w.add_scalar("train/steps_per_second", fps, step)
+        w.add_scalar("train/resident_memory_mib", resident_memory_mib(), step)
+
+    def evaluate(self) -> float:
+        """Play the current policy on the evaluator's envs; log the scores; keep the best as a2c_best_eval."""
+        scores = list(self.evaluator(self.agent.model))
+        mean = sum(scores) / len(scores)
+        if self.writer is not None:
+            step = self.state.step
+            self.writer.add_scalar("eval/return_mean", mean, step)
+            self.writer.add_scalar("eval/return_std", float(np.std(scores)), step)
+            self.writer.add_scalar("eval/return_min", min(scores), step)
+            self.writer.add_scalar("eval/return_max", max(scores), step)
+        tqdm.write(f"evaluation at {self.state.step} env steps: mean score {mean:.2f} over {len(scores)} games",
+                   file=sys.stderr)
+        if mean > self.state.best_eval:
+            self.state.best_eval = mean
+            self.save("a2c_best_eval", full=False)
+        return mean
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
         """Finish the current update, then write a2c_last and leave (Ctrl+C, SIGTERM)."""
@@ -258,6 +295,7 @@ class Runner:
             "step": st.step,
             "best_loss": st.best_loss,
             "best_reward": st.best_reward,
+            "best_eval": st.best_eval,
             "mean_return": st.episodes.mean,
         }
         if full:
@@ -269,6 +307,17 @@ class Runner:
         path = os.path.join(self.run_dir, name)
         atomic_save(self.checkpoint(full), path)
         return path
+
+
+def rollout_stats(batch: Batch) -> dict[str, float]:
+    """What a practitioner checks of the critic each update: explained variance of the returns by
+    the values (1: perfect, 0: no better than their mean, below 0: worse), and the means of
+    value predictions, value targets (returns) and advantages, with the advantages' spread."""
+    return {"explained_variance": explained_variance(batch.values, batch.returns),
+            "rollout/value_mean": float(batch.values.mean()),
+            "rollout/return_mean": float(batch.returns.mean()),
+            "rollout/advantage_mean": float(batch.advantages.mean()),
+            "rollout/advantage_std": float(batch.advantages.std())}
 
 
 def scheduled_lr(config: Config, update: int) -> float:

@@ -19,7 +19,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 2 envs x 5 steps = 10 env steps an update; a 120-frame cap (30 agent steps) makes episodes end
 # (by time limit) within a few updates, so every episode statistic and checkpoint appears.
 SMALL = ["--num-envs", "2", "--rollout-size", "5", "--max-episode-frames", "120", "--no-progress", "--no-cuda",
-         "--log-interval", "2", "--histogram-interval", "4", "--checkpoint-interval", "4", "--seed", "3"]
+         "--log-interval", "2", "--histogram-interval", "4", "--checkpoint-interval", "4", "--seed", "3",
+         "--eval-interval", "4", "--eval-episodes", "2"]
 UPDATES = 8
 
 
@@ -46,9 +47,14 @@ def trained_run(tmp_path_factory) -> str:
 def test_training_writes_tensorboard_scalars_against_env_steps(trained_run):
     found = scalars(trained_run)
     expected = {"loss/policy", "loss/value", "loss/entropy", "loss/total", "train/explained_variance",
-                "train/grad_norm", "train/lr", "train/steps_per_second", "episode/return", "episode/length",
-                "episode/return_mean100"}
+                "train/grad_norm", "train/lr", "train/steps_per_second", "train/resident_memory_mib",
+                "episode/return", "episode/length", "episode/return_mean100",
+                "rollout/value_mean", "rollout/return_mean", "rollout/advantage_mean", "rollout/advantage_std",
+                "eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max"}
     assert expected <= set(found)
+    # Evaluated every 4 updates of 10 env steps, on games of its own.
+    assert [step for step, _ in found["eval/return_mean"]] == [40, 80]
+    assert all(float(v).is_integer() for _, v in found["eval/return_min"])
     # Losses every 2 updates of 10 env steps: the x axis is the global env-step count.
     assert [step for step, _ in found["loss/total"]] == [20, 40, 60, 80]
     assert all(value == pytest.approx(7e-4) for _, value in found["train/lr"])
@@ -56,12 +62,12 @@ def test_training_writes_tensorboard_scalars_against_env_steps(trained_run):
     assert all(float(v).is_integer() for _, v in found["episode/return"])
     acc = EventAccumulator(trained_run, size_guidance={"histograms": 0})
     acc.Reload()
-    assert {"rollout/advantages", "rollout/values"} <= set(acc.Tags()["histograms"])
+    assert {"rollout/advantages", "rollout/values", "rollout/returns"} <= set(acc.Tags()["histograms"])
     assert "settings/text_summary" in acc.Tags()["tensors"]
 
 
 def test_training_writes_all_checkpoints_and_settings(trained_run):
-    assert {"a2c_best_loss", "a2c_best_reward", "a2c_last", "config.json"} <= set(os.listdir(trained_run))
+    assert {"a2c_best_loss", "a2c_best_reward", "a2c_best_eval", "a2c_last", "config.json"} <= set(os.listdir(trained_run))
     last = torch.load(os.path.join(trained_run, "a2c_last"), weights_only=True)
     assert last["format"] == CHECKPOINT_FORMAT
     assert (last["update"], last["step"]) == (UPDATES, UPDATES * 10)
@@ -71,6 +77,10 @@ def test_training_writes_all_checkpoints_and_settings(trained_run):
     assert best_loss["best_loss"] == pytest.approx(last["best_loss"])
     best_reward = torch.load(os.path.join(trained_run, "a2c_best_reward"), weights_only=True)
     assert best_reward["best_reward"] == best_reward["mean_return"] == last["best_reward"]
+    best_eval = torch.load(os.path.join(trained_run, "a2c_best_eval"), weights_only=True)
+    evals = [v for _, v in scalars(trained_run)["eval/return_mean"]]
+    assert best_eval["best_eval"] == pytest.approx(max(evals)) == pytest.approx(last["best_eval"])
+    assert best_eval["step"] == 40 * (1 + evals.index(max(evals)))
     assert not [f for f in os.listdir(trained_run) if f.startswith(".tmp")]
 
 
@@ -95,6 +105,19 @@ def test_eval_prints_raw_scores(trained_run):
     scores = [float(s) for s in lines[-2].removeprefix("scores: ").split()]
     assert len(scores) == 3 and all(s.is_integer() for s in scores)
     assert lines[-1].startswith("episodes: 3  mean: ")
+
+
+def test_plot_draws_the_runs_curves(trained_run, tmp_path):
+    out = tmp_path / "figures" / "runs.png"
+    result = run_cli("--plot", trained_run, trained_run + "/", "--out", str(out))
+    assert result.returncode == 2 and "twice" in result.stderr  # the same run given twice is refused
+    result = run_cli("--plot", trained_run, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "episode return, entropy, value loss, policy loss, explained variance, gradient norm" in result.stdout
+    import matplotlib.image
+
+    image = matplotlib.image.imread(str(out))
+    assert image.shape[0] > 300 and image.shape[1] > 600 and image.std() > 0.05
 
 
 def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):

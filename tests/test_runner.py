@@ -213,3 +213,56 @@ def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
     runner.train()
     runner.envs.close()
     assert [h["lr"] for h in runner.history] == pytest.approx([5e-4, 2.5e-4])
+
+
+def test_periodic_evaluation_leaves_training_unchanged(tmp_path):
+    """Evaluation plays on envs and a random generator of its own: the training run is the same."""
+    from evaluate import PeriodicEvaluator
+
+    histories = []
+    for i, evaluate_every in enumerate((0, 2)):
+        config = small_config(eval_interval=evaluate_every, eval_episodes=2)
+        runner = build_runner(config, tmp_path / str(i))
+        os.makedirs(runner.run_dir)
+        evaluator = PeriodicEvaluator(config.env_name, 2, seed=99, max_episode_frames=120) if evaluate_every else None
+        runner.evaluator = evaluator
+        runner.train()
+        runner.envs.close()
+        if evaluator is not None:
+            evaluator.close()
+            assert os.path.exists(os.path.join(runner.run_dir, "a2c_best_eval"))
+            assert runner.state.best_eval > -math.inf
+        histories.append([(h["total"], h["grad_norm"]) for h in runner.history])
+    assert histories[0] == histories[1]
+
+
+def test_undefined_explained_variance_does_not_poison_the_logged_mean(tmp_path):
+    """Constant returns make explained variance NaN for that update; the interval mean skips it."""
+    logged = {}
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            logged.setdefault(tag, []).append(value)
+
+        def add_histogram(self, *args):
+            pass
+
+        def flush(self):
+            pass
+
+    runner = build_runner(small_config(log_interval=4, num_updates=4), tmp_path)
+    runner.writer = Writer()
+    real_collect = runner.collect
+
+    def collect_with_one_constant_rollout():
+        batch = real_collect()
+        if runner.state.update == 1:
+            batch.returns.fill_(0.5)  # explained variance undefined
+        return batch
+
+    runner.collect = collect_with_one_constant_rollout
+    runner.train()
+    runner.envs.close()
+    assert len(logged["train/explained_variance"]) == 1
+    assert math.isfinite(logged["train/explained_variance"][0])
+    assert math.isfinite(logged["loss/total"][0])
