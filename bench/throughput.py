@@ -1,21 +1,50 @@
 """Training throughput of this project's A2C against stable-baselines3's A2C, in one run.
 
-Both trainers learn the same game with the same number of envs for the same number of env
-steps, on the CPU, in this one process, so with the same torch thread count (torch's default,
-the number of cores, unless ``--threads`` sets it). Only the training loop is timed:
+Every trainer learns the same game with the same number of envs for the same number of env
+steps, on the CPU, with the same torch thread count (torch's default, the number of cores,
+unless ``--threads`` sets it). Each timed run happens in a fresh process of its own, so none
+inherits another's memory, allocator state or warmed caches. The trainers:
+
+* ``ours recurrent``: the default configuration of a real run (``Config()``: universe encoder
+  + LSTM, channels-last, malloc keeping freed memory) on the env path ``--ours-vec-env``
+  (default ``ale``, ale-py's C++ vector env);
+* ``ours feed-forward (nature)``: the fast configuration, ``arch="nature", recurrent=False``,
+  otherwise the same;
+* ``sb3``: stable-baselines3's A2C with the RL Zoo's Atari settings (``CnnPolicy``) on SB3's own
+  env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``);
+* with ``--ablation``, the recurrent default with one optimization removed at a time, to show
+  what each bought: ``recurrent, dummy envs`` (SB3's wrappers in this process instead of the
+  fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``, and
+  ``recurrent, none of them`` (all three removed: the starting point before the speed work).
+
+Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
+keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
+SB3 (and the ``default malloc`` ablations) run with glibc's untouched defaults, as SB3's users
+run it: a fresh process, nothing changed.
+
+Only the training loop is timed:
 
 * ours: ``Runner(...).train()`` after ``envs.make_vec_env`` and ``Runner(...)`` (which resets
   the envs) are built: collection, returns, gradient updates and the checkpoints the runner
   writes on its own (best loss, best reward, last), as in a real run without TensorBoard;
 * SB3: ``model.learn(total_timesteps=...)`` after ``A2C(...)`` is built and its envs are reset.
 
-Env construction and the first reset are excluded from both. The trainers are run in turn,
-``--repeats`` times (ours, SB3, ours, SB3, ...), and the median of each is reported, so that the
-drift of a shared, noisy machine hits both alike. Absolute numbers move from run to run; the
-ratio measured within one run is what to compare.
+Env construction and the first reset are excluded from every trainer. The trainers are run in
+turn, ``--repeats`` rounds (ours recurrent, ours feed-forward, SB3, the ablations, then again),
+after one untimed warm-up round (``--warmup-steps``), and the median of each is reported, so that the drift of a
+shared, noisy machine hits all of them alike. Absolute numbers move from run to run; the ratios
+measured within one run are what to compare. Printed after the table: each of ours over SB3
+(``ratio (ours recurrent / sb3): 1.23x``), whether the targets are met (recurrent >= 1.3x and
+feed-forward >= 2x SB3's env steps/s), and with ``--ablation`` the speed-up of the recurrent
+default over each ablation row.
 
-    python bench/throughput.py                          # Pong, 16 envs, ours (LSTM and feed-forward) vs SB3
-    python bench/throughput.py --steps 20000 --repeats 3 --vec-env subproc --threads 1
+Memory: the table gives the peak RSS of each trainer's process (the largest over its runs;
+Python, torch and the other libraries every run loads included), and the last lines the
+largest of all and what subproc env workers held, if any.
+
+    python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
+    python bench/throughput.py --ablation               # and what each optimization of the default bought
+    python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
 """
 from __future__ import annotations
 
@@ -27,7 +56,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (ROOT, os.path.dirname(os.path.abspath(__file__))):
@@ -39,11 +68,17 @@ import torch  # noqa: E402
 
 from agent import agent_from_config  # noqa: E402
 from config import Config  # noqa: E402
-from envs import VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
+from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
-from utils import UsageError, seed_everything  # noqa: E402
+from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
 
-OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward", "sb3"
+OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
+TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
+
+# The optimizations of the recurrent default, each as the train_ours arguments that take it away (--ablation).
+OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
+                 "no channels-last": {"channels_last": False},
+                 "default malloc": {"keep_freed": False}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -53,15 +88,20 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
     return num_envs * rollout_size
 
 
-def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool,
-               seed: int = 0) -> tuple[int, float]:
+def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
+               arch: str = Config.arch, channels_last: bool = Config.channels_last,
+               keep_freed: bool = True) -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
-    Built as ``main.train`` builds it (Config -> make_vec_env -> agent_from_config -> Runner),
-    on the CPU, without TensorBoard or progress bar, into a throw-away log directory.
+    Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
+    agent_from_config -> Runner), on the CPU, without TensorBoard or progress bar, into a
+    throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it.
     """
+    if keep_freed:
+        keep_freed_memory()
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
-        config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, recurrent=recurrent, seed=seed,
+        config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
+                        channels_last=channels_last, seed=seed,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=False,
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
@@ -96,8 +136,8 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
         policy_kwargs: "dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5))"
 
     and SB3's defaults for the rest (learning_rate 7e-4, n_steps 5, gamma 0.99, gae_lambda 1.0,
-    max_grad_norm 0.5). The vector env class is the one ours uses (``--vec-env``), so the two
-    differ in the agent, not in how the envs are run.
+    max_grad_norm 0.5). The envs are SB3's own pipeline with the vector env class ``vec_env``
+    (a key of ``envs.VEC_ENVS``), and malloc is left as the process found it, as SB3's users run it.
     """
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_atari_env
@@ -124,14 +164,42 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
     return trained, seconds
 
 
+def default_setup(vec_env: str) -> dict[str, Any]:
+    """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
+    return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
+                keep_freed=True)
+
+
+def ours_setups(ours: str, vec_env: str) -> dict[str, dict[str, Any]]:
+    """Trainer name -> ``train_ours`` keyword arguments; ``ours`` is ``both``, ``recurrent`` or ``feedforward``."""
+    setups: dict[str, dict[str, Any]] = {}
+    if ours in ("both", "recurrent"):
+        setups[OURS_RECURRENT] = default_setup(vec_env)
+    if ours in ("both", "feedforward"):
+        setups[OURS_FEEDFORWARD] = {**default_setup(vec_env), "arch": "nature", "recurrent": False}
+    return setups
+
+
+def ablation_setups(vec_env: str) -> dict[str, dict[str, Any]]:
+    """The recurrent default without each of ``OPTIMIZATIONS``, then without all of them.
+
+    A row that would be the default itself (``dummy envs`` when ``vec_env`` is ``dummy``) is left out.
+    """
+    default = default_setup(vec_env)
+    removals = {**OPTIMIZATIONS, "none of them": {k: v for change in OPTIMIZATIONS.values() for k, v in change.items()}}
+    setups = {f"recurrent, {what}": {**default, **change} for what, change in removals.items()}
+    return {name: setup for name, setup in setups.items() if setup != default}
+
+
 # ------------------------------------------------------------------------------------------------
 @dataclass
 class Trials:
-    """The runs of one trainer: env steps and seconds of each."""
+    """The runs of one trainer: env steps, seconds and peak RSS (KiB, where measured) of each."""
 
     name: str
     steps: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    peak_rss_kib: list[int] = field(default_factory=list)
 
     @property
     def rates(self) -> list[float]:
@@ -142,36 +210,87 @@ class Trials:
         return statistics.median(self.rates)
 
 
-def run_alternating(trainers: dict[str, Callable[[int], tuple[int, float]]], steps: int, repeats: int,
-                    warmup_steps: int) -> dict[str, Trials]:
-    """Run every trainer in turn, ``repeats`` rounds, after one untimed warm-up round of ``warmup_steps``."""
-    if warmup_steps > 0:
-        for name, train in trainers.items():
-            print(f"warm-up  {name:<18} {warmup_steps} steps", flush=True)
-            train(warmup_steps)
+Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any]]  # train_ours or train_sb3, its arguments
+
+
+def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any],
+              threads: int) -> tuple[int, float, int, dict[str, int]]:
+    """One timed run, in the fresh process it is sent to: env steps, seconds, this process's peak
+    RSS (KiB) and what was recorded of env workers."""
+    if threads:
+        torch.set_num_threads(threads)
+    trained, seconds = train(steps, **kwargs)
+    return trained, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, dict(_workers)
+
+
+def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int,
+                    threads: int = 0) -> dict[str, Trials]:
+    """Run every trainer in turn, ``repeats`` rounds, after one untimed warm-up round of
+    ``warmup_steps``; each run in a new process (spawned, so nothing is inherited)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    width = max(map(len, trainers))
     results = {name: Trials(name) for name in trainers}
-    for round_ in range(1, repeats + 1):
-        for name, train in trainers.items():
-            trained, seconds = train(steps)
-            results[name].steps.append(trained)
-            results[name].seconds.append(seconds)
-            print(f"round {round_}  {name:<18} {trained} steps in {seconds:6.2f} s: {trained / seconds:7.1f} steps/s",
-                  flush=True)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
+        def run(name: str, n: int) -> tuple[int, float, int, dict[str, int]]:
+            train, kwargs = trainers[name]
+            return pool.submit(run_trial, train, n, kwargs, threads).result()
+
+        if warmup_steps > 0:
+            for name in trainers:
+                print(f"warm-up  {name:<{width}} {warmup_steps} steps", flush=True)
+                run(name, warmup_steps)
+        for round_ in range(1, repeats + 1):
+            for name in trainers:
+                trained, seconds, peak_kib, workers = run(name, steps)
+                results[name].steps.append(trained)
+                results[name].seconds.append(seconds)
+                results[name].peak_rss_kib.append(peak_kib)
+                for key, value in workers.items():
+                    _workers[key] = max(_workers[key], value)
+                print(f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
+                      f"{trained / seconds:7.1f} steps/s", flush=True)
     return results
 
 
 def print_table(results: dict[str, Trials]) -> None:
+    width = max(len("trainer"), *map(len, results))
     print()
-    print(f"{'trainer':<18} {'steps':>7} {'median s':>9} {'steps/s (median)':>17}  steps/s of each round")
+    print(f"{'trainer':<{width}} {'steps':>7} {'median s':>9} {'steps/s (median)':>17} {'peak RSS':>9}  "
+          f"steps/s of each round")
     for trials in results.values():
         rounds = " ".join(f"{r:.1f}" for r in trials.rates)
-        print(f"{trials.name:<18} {trials.steps[0]:>7} {statistics.median(trials.seconds):>9.2f} "
-              f"{trials.median_rate:>17.1f}  {rounds}")
+        peak = f"{max(trials.peak_rss_kib) / 1024:.0f} MiB" if trials.peak_rss_kib else "-"
+        print(f"{trials.name:<{width}} {trials.steps[0]:>7} {statistics.median(trials.seconds):>9.2f} "
+              f"{trials.median_rate:>17.1f} {peak:>9}  {rounds}")
+
+
+def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
+    """Ratios of ours to SB3 and the targets they meet (when SB3 was measured), then the speed-up of
+    the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks bought)."""
+    lines = []
+    if SB3 in results:
+        verdicts = []
+        for name, (label, target) in TARGETS.items():
+            if name in results:
+                ratio = results[name].median_rate / results[SB3].median_rate
+                lines.append(f"ratio ({name} / {SB3}): {ratio:.2f}x")
+                verdicts.append(f"{label} >= {target:g}x: {'yes' if ratio >= target else 'no'}")
+            else:
+                verdicts.append(f"{label} >= {target:g}x: not measured")
+        lines.append("targets: " + ", ".join(verdicts))
+    if ablations and OURS_RECURRENT in results:
+        lines.append(f"what each optimization bought (speed-up of {OURS_RECURRENT} over the row):")
+        for name in ablations:
+            lines.append(f"  {name}: {results[OURS_RECURRENT].median_rate / results[name].median_rate:.2f}x")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------
-# Memory. ru_maxrss covers this process only: subproc env workers are children of the
-# multiprocessing fork server, not of this process, so their memory is read from /proc instead.
+# Memory. ru_maxrss covers one process only: subproc env workers are children of the
+# multiprocessing fork server, not of the training process, so their memory is read from /proc.
 # ------------------------------------------------------------------------------------------------
 _workers = {"count": 0, "peak_rss_kib": 0, "pss_kib": 0}
 
@@ -185,7 +304,7 @@ def _proc_kib(path: str, key: str) -> int:
 
 
 def note_worker_memory(venv) -> None:
-    """Record the memory of a vector env's worker processes (none for dummy); call it before ``close()``.
+    """Record the memory of a vector env's worker processes (none for dummy or ale); call it before ``close()``.
 
     Keeps the largest peak RSS of one worker (``VmHWM``) and the largest total PSS of one set of
     workers (``smaps_rollup``: pages shared between processes, such as the torch libraries every
@@ -204,10 +323,11 @@ def note_worker_memory(venv) -> None:
     _workers["pss_kib"] = max(_workers["pss_kib"], pss)
 
 
-def memory_lines() -> list[str]:
-    """Peak RSS of this process (``ru_maxrss``, KiB on Linux) and what was recorded of env workers."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    lines = [f"peak RSS of this process (ru_maxrss): {own} KiB ({own / 1024:.0f} MiB)"]
+def memory_lines(peak_kib: Optional[int] = None) -> list[str]:
+    """Peak RSS of a training process (``peak_kib``; default: this process's ``ru_maxrss``, KiB on
+    Linux) and what was recorded of env workers."""
+    own = peak_kib if peak_kib is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    lines = [f"peak RSS of a training process (ru_maxrss): {own} KiB ({own / 1024:.0f} MiB)"]
     if _workers["peak_rss_kib"]:
         lines.append(f"subproc env workers ({_workers['count']} processes): peak RSS of one worker "
                      f"{_workers['peak_rss_kib'] / 1024:.0f} MiB; PSS of all workers together "
@@ -215,6 +335,7 @@ def memory_lines() -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------------------------
 def _int_at_least(low: int, what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -241,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=4000,
                    help="env steps each timed run trains (rounded down to whole updates of num_envs x 5 steps)")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id")
-    p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel (both trainers)")
+    p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel (every trainer)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="rounds of alternating runs; the median of each trainer is reported")
     p.add_argument("--warmup-steps", type=non_negative_int, default=160,
@@ -251,11 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-recurrent", dest="ours", action="store_const", const="feedforward",
                    default=argparse.SUPPRESS, help="shorthand for --ours feedforward")
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
-    p.add_argument("--vec-env", choices=sorted(VEC_ENVS), default=Config.vec_env,
-                   help="vector env of ours (and of SB3, so that only the agents differ)")
+    p.add_argument("--ablation", action="store_true",
+                   help="also measure the recurrent default without each optimization (dummy envs, no "
+                        "channels-last, default malloc) and without all of them")
+    p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
+                   help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
+    p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",
+                   help="vector env class of SB3's own env pipeline")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--threads", type=non_negative_int, default=0,
-                   help="torch intra-op threads for both trainers (0: torch's default, the number of cores)")
+                   help="torch intra-op threads for every trainer (0: torch's default, the number of cores)")
     return p
 
 
@@ -271,31 +397,43 @@ def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) ->
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_bench_args(build_parser(), argv)
+def env_path(vec_env: str) -> str:
+    """How a trainer's envs are stepped, for the header."""
+    if vec_env == "ale":
+        import ale_py
+
+        return f"ale (ale-py {ale_py.__version__} C++ vector env)"
+    return f"{vec_env} (SB3 Atari wrappers, {VEC_ENVS[vec_env].__name__})"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parse_bench_args(parser, argv)
+    if args.ablation and args.ours == "feedforward":
+        parser.error("--ablation takes optimizations out of the recurrent default: "
+                     "use it with --ours both or recurrent")
     per_update = steps_per_update(args.num_envs)
-    steps = max(per_update, args.steps // per_update * per_update)  # the same count for both trainers
+    steps = max(per_update, args.steps // per_update * per_update)  # the same count for every trainer
     warmup = args.warmup_steps and max(per_update, args.warmup_steps // per_update * per_update)
 
-    trainers: dict[str, Callable[[int], tuple[int, float]]] = {}
-    if args.ours in ("both", "recurrent"):
-        trainers[OURS_RECURRENT] = lambda n: train_ours(n, args.env_name, args.num_envs, args.vec_env, True, args.seed)
-    if args.ours in ("both", "feedforward"):
-        trainers[OURS_FEEDFORWARD] = lambda n: train_ours(n, args.env_name, args.num_envs, args.vec_env, False,
-                                                          args.seed)
-    if not args.no_sb3:
-        trainers[SB3] = lambda n: train_sb3(n, args.env_name, args.num_envs, args.vec_env, args.seed)
+    def ours(setup: dict[str, Any]) -> Trainer:
+        return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, **setup)
 
-    print(f"{args.env_name}, {args.num_envs} envs ({args.vec_env}), {steps} env steps a run, "
-          f"{args.repeats} rounds, torch {torch.__version__} with {torch.get_num_threads()} threads, "
+    trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env).items()}
+    if not args.no_sb3:
+        trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
+                                        seed=args.seed)
+    ablations = ablation_setups(args.ours_vec_env) if args.ablation else {}
+    trainers.update((name, ours(setup)) for name, setup in ablations.items())
+
+    envs_used = f"ours {env_path(args.ours_vec_env)}" + ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env)}")
+    print(f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; "
+          f"envs: {envs_used}; torch {torch.__version__} with {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs", flush=True)
-    results = run_alternating(trainers, steps, args.repeats, warmup)
+    results = run_alternating(trainers, steps, args.repeats, warmup, args.threads)
     print_table(results)
-    if SB3 in results:
-        for name in (OURS_RECURRENT, OURS_FEEDFORWARD):
-            if name in results:
-                print(f"ratio ({name} / sb3): {results[name].median_rate / results[SB3].median_rate:.2f}x")
-    for line in memory_lines():
+    peak = max(max(trials.peak_rss_kib) for trials in results.values())
+    for line in summary_lines(results, list(ablations)) + memory_lines(peak):
         print(line)
     return 0
 

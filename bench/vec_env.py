@@ -1,7 +1,8 @@
-"""Env steps per second of ``envs.make_vec_env`` with ``vec_env="dummy"`` against ``"subproc"``.
+"""Env steps per second of ``envs.make_vec_env`` with each ``vec_env``: dummy, subproc and ale.
 
-* dummy: every env steps in this process, one after the other;
-* subproc: one worker process per env (stable-baselines3's ``SubprocVecEnv``), stepped in parallel.
+* dummy: SB3's Atari wrappers, every env stepped in this process, one after the other;
+* subproc: the same wrappers, one worker process per env (``SubprocVecEnv``), stepped in parallel;
+* ale: ale-py's C++ vector env (``ale_vec_env.AleVecEnv``), stepped in C++ threads.
 
 The plain measurement steps the envs with uniformly random actions: it is the speed of the
 emulators, the Atari wrappers, the frame stack and the transport of observations, with no network.
@@ -10,9 +11,9 @@ With ``--with-agent`` the same comparison is also made for a short training run 
 cores the forward and backward passes compete for the same cores as the env workers, so the
 faster vec env alone may not make the faster training.
 
-Env construction (worker start-up included) and the first reset are not timed. The two kinds run
-in turn, ``--repeats`` times (dummy, subproc, dummy, subproc, ...), and the median of each is
-reported; the ratio measured within one run is what to compare.
+Env construction (worker start-up included) and the first reset are not timed. The kinds run in
+turn, ``--repeats`` times (dummy, subproc, ale, dummy, ...), and the median of each is reported;
+the ratios to dummy measured within one run are what to compare.
 
     python bench/vec_env.py                              # envs only
     python bench/vec_env.py --with-agent --agent-steps 4000
@@ -35,12 +36,11 @@ for _path in (ROOT, BENCH):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from envs import VEC_ENVS, make_vec_env  # noqa: E402
+from envs import VEC_ENV_CHOICES, make_vec_env  # noqa: E402
 from throughput import (HelpFormatter, memory_lines, non_negative_int, note_worker_memory,  # noqa: E402
                         parse_bench_args, positive_int, steps_per_update, train_ours)
 
-KINDS = ("dummy", "subproc")
-assert set(KINDS) == set(VEC_ENVS), "a vec env kind is missing here"
+KINDS = VEC_ENV_CHOICES
 
 
 def step_randomly(kind: str, env_name: str, num_envs: int, steps: int, seed: int = 0) -> tuple[int, float]:
@@ -81,8 +81,9 @@ def report(title: str, rates: dict[str, list[float]]) -> None:
     print(f"  {'vec env':<8} {'steps/s (median)':>17}  steps/s of each round")
     for kind in KINDS:
         print(f"  {kind:<8} {statistics.median(rates[kind]):>17.1f}  " + " ".join(f"{r:.1f}" for r in rates[kind]))
-    ratio = statistics.median(rates["subproc"]) / statistics.median(rates["dummy"])
-    print(f"  ratio (subproc / dummy): {ratio:.2f}x")
+    for kind in KINDS[1:]:
+        ratio = statistics.median(rates[kind]) / statistics.median(rates["dummy"])
+        print(f"  ratio ({kind} / dummy): {ratio:.2f}x")
 
 
 def build_parser() -> argparse.ArgumentParser:

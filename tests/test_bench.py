@@ -1,0 +1,68 @@
+"""bench/throughput.py: its trainers, its summary lines, its command line, and one tiny run end to end."""
+from __future__ import annotations
+
+import pytest
+
+from bench import throughput as bench
+from bench.throughput import OURS_FEEDFORWARD, OURS_RECURRENT, SB3, Trials
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def trials(name: str, rate: float) -> Trials:
+    return Trials(name, steps=[int(rate)], seconds=[1.0])
+
+
+def test_ablation_rows_each_take_away_one_optimization_then_all():
+    default = bench.default_setup("ale")
+    rows = bench.ablation_setups("ale")
+    assert list(rows) == ["recurrent, dummy envs", "recurrent, no channels-last", "recurrent, default malloc",
+                          "recurrent, none of them"]
+    changed = {name: {k for k in setup if setup[k] != default[k]} for name, setup in rows.items()}
+    assert changed == {"recurrent, dummy envs": {"vec_env"}, "recurrent, no channels-last": {"channels_last"},
+                       "recurrent, default malloc": {"keep_freed"},
+                       "recurrent, none of them": {"vec_env", "channels_last", "keep_freed"}}
+    # On dummy envs already, "dummy envs" would be the default itself.
+    assert "recurrent, dummy envs" not in bench.ablation_setups("dummy")
+
+
+def test_the_two_configurations_of_ours():
+    setups = bench.ours_setups("both", "ale")
+    assert setups[OURS_RECURRENT] == bench.default_setup("ale")
+    assert setups[OURS_RECURRENT]["recurrent"] and setups[OURS_RECURRENT]["arch"] == "universe"
+    assert setups[OURS_FEEDFORWARD] == {**bench.default_setup("ale"), "arch": "nature", "recurrent": False}
+    assert list(bench.ours_setups("feedforward", "ale")) == [OURS_FEEDFORWARD]
+
+
+def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
+    results = {t.name: t for t in (trials(OURS_RECURRENT, 130), trials(OURS_FEEDFORWARD, 190), trials(SB3, 100),
+                                   trials("recurrent, dummy envs", 65))}
+    assert bench.summary_lines(results, ["recurrent, dummy envs"]) == [
+        "ratio (ours recurrent / sb3): 1.30x",
+        "ratio (ours feed-forward (nature) / sb3): 1.90x",
+        "targets: recurrent >= 1.3x: yes, feed-forward >= 2x: no",
+        "what each optimization bought (speed-up of ours recurrent over the row):",
+        "  recurrent, dummy envs: 2.00x",
+    ]
+    del results[OURS_FEEDFORWARD]
+    assert "feed-forward >= 2x: not measured" in bench.summary_lines(results, [])[-1]
+    del results[SB3]
+    assert not any(line.startswith(("ratio", "targets")) for line in bench.summary_lines(results, []))
+
+
+@pytest.mark.parametrize("argv", [["--ablation", "--ours", "feedforward"], ["--vec-env", "dummy"],
+                                  ["--sb3-vec-env", "ale"]])
+def test_refuses_bad_flags(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+
+
+def test_a_tiny_run_prints_its_table_and_memory(capsys):
+    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
+                       "--ours", "feedforward"]) == 0
+    out = capsys.readouterr().out
+    assert "envs: ours ale (ale-py" in out and "1 threads" in out
+    row = next(line for line in out.splitlines() if line.startswith(OURS_FEEDFORWARD + " "))
+    assert row[len(OURS_FEEDFORWARD):].split()[0] == "10"  # env steps of the run
+    assert "peak RSS of a training process" in out and "ratio" not in out
