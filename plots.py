@@ -17,7 +17,6 @@ from __future__ import annotations
 import glob
 import math
 import os
-import tempfile
 import textwrap
 from typing import NamedTuple, Optional
 
@@ -29,6 +28,8 @@ from matplotlib.ticker import EngFormatter
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto.event_pb2 import SessionLog
+
+from utils import atomic_write
 
 EVENT_FILE_PATTERN = "events.out.tfevents.*"
 
@@ -254,23 +255,6 @@ def run_colours(count: int) -> list[tuple[float, ...]]:
 
 
 def _save_png_atomically(fig: Figure, path: str) -> None:
-    """Render ``fig`` as PNG to a temporary file next to ``path``, then move it onto ``path``.
-
-    The directory is created if missing; a failure at any moment leaves an older ``path`` intact.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path), suffix=".png", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=DPI)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; the plot is an ordinary file
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
+    """Render ``fig`` as PNG onto ``path`` all or nothing (see `utils.atomic_write`); the directory is created if missing."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=DPI))
