@@ -45,6 +45,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
+    python bench/throughput.py --cuda --num-envs 64             # on a GPU: networks there, envs on the CPU
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
-               keep_freed: bool = True) -> tuple[int, float]:
+               keep_freed: bool = True, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
@@ -102,13 +103,13 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
                         channels_last=channels_last, seed=seed,
-                        num_updates=max(1, steps // steps_per_update(num_envs)), cuda=False,
+                        num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
         envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
                             config.max_episode_frames)
         try:
-            agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), "cpu")
+            agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
             runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
             tic = time.perf_counter()
             state = runner.train()
@@ -126,7 +127,8 @@ def _sb3_env_kwargs(env_name: str) -> dict:
     return {"frameskip": 1} if gym.registry[env_name].kwargs.get("frameskip", 1) != 1 else {}
 
 
-def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0) -> tuple[int, float]:
+def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
+              device: str = "cpu") -> tuple[int, float]:
     """Train stable-baselines3's A2C with the RL Zoo's Atari settings for ``steps`` env steps.
 
     Settings from rl-baselines3-zoo ``hyperparams/a2c.yml``, entry ``atari``::
@@ -150,7 +152,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
     try:
         model = A2C("CnnPolicy", env, learning_rate=7e-4, n_steps=5, ent_coef=0.01, vf_coef=0.25,
                     policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
-                    seed=seed, device="cpu", verbose=0)
+                    seed=seed, device=device, verbose=0)
         # Reset outside the timed part, as ours does in Runner(); learn() then keeps this first observation.
         model._last_obs = model.env.reset()
         model._last_episode_starts = np.ones((model.env.num_envs,), dtype=bool)
@@ -200,6 +202,7 @@ class Trials:
     steps: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     peak_rss_kib: list[int] = field(default_factory=list)
+    peak_gpu_mib: list[float] = field(default_factory=list)
 
     @property
     def rates(self) -> list[float]:
@@ -214,13 +217,14 @@ Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any]]  # train_ours 
 
 
 def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any],
-              threads: int) -> tuple[int, float, int, dict[str, int]]:
+              threads: int) -> tuple[int, float, int, float, dict[str, int]]:
     """One timed run, in the fresh process it is sent to: env steps, seconds, this process's peak
-    RSS (KiB) and what was recorded of env workers."""
+    RSS (KiB), its peak GPU memory held by torch (MiB; 0 on the CPU) and what was recorded of env workers."""
     if threads:
         torch.set_num_threads(threads)
     trained, seconds = train(steps, **kwargs)
-    return trained, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, dict(_workers)
+    gpu_mib = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_initialized() else 0.0
+    return trained, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, gpu_mib, dict(_workers)
 
 
 def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int,
@@ -234,7 +238,7 @@ def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warm
     results = {name: Trials(name) for name in trainers}
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                              max_tasks_per_child=1) as pool:
-        def run(name: str, n: int) -> tuple[int, float, int, dict[str, int]]:
+        def run(name: str, n: int) -> tuple[int, float, int, float, dict[str, int]]:
             train, kwargs = trainers[name]
             return pool.submit(run_trial, train, n, kwargs, threads).result()
 
@@ -244,10 +248,11 @@ def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warm
                 run(name, warmup_steps)
         for round_ in range(1, repeats + 1):
             for name in trainers:
-                trained, seconds, peak_kib, workers = run(name, steps)
+                trained, seconds, peak_kib, gpu_mib, workers = run(name, steps)
                 results[name].steps.append(trained)
                 results[name].seconds.append(seconds)
                 results[name].peak_rss_kib.append(peak_kib)
+                results[name].peak_gpu_mib.append(gpu_mib)
                 for key, value in workers.items():
                     _workers[key] = max(_workers[key], value)
                 print(f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
@@ -257,14 +262,16 @@ def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warm
 
 def print_table(results: dict[str, Trials]) -> None:
     width = max(len("trainer"), *map(len, results))
+    gpu = any(max(trials.peak_gpu_mib, default=0.0) > 0 for trials in results.values())
     print()
     print(f"{'trainer':<{width}} {'steps':>7} {'median s':>9} {'steps/s (median)':>17} {'peak RSS':>9}  "
-          f"steps/s of each round")
+          + (f"{'peak GPU':>9}  " if gpu else "") + "steps/s of each round")
     for trials in results.values():
         rounds = " ".join(f"{r:.1f}" for r in trials.rates)
         peak = f"{max(trials.peak_rss_kib) / 1024:.0f} MiB" if trials.peak_rss_kib else "-"
+        gpu_peak = f"{max(trials.peak_gpu_mib):>5.0f} MiB  " if gpu else ""
         print(f"{trials.name:<{width}} {trials.steps[0]:>7} {statistics.median(trials.seconds):>9.2f} "
-              f"{trials.median_rate:>17.1f} {peak:>9}  {rounds}")
+              f"{trials.median_rate:>17.1f} {peak:>9}  {gpu_peak}{rounds}")
 
 
 def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
@@ -379,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",
                    help="vector env class of SB3's own env pipeline")
+    p.add_argument("--cuda", action="store_true",
+                   help="train every trainer on the GPU (networks there, envs on the CPU); adds peak GPU memory")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--threads", type=non_negative_int, default=0,
                    help="torch intra-op threads for every trainer (0: torch's default, the number of cores)")
@@ -412,24 +421,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.ablation and args.ours == "feedforward":
         parser.error("--ablation takes optimizations out of the recurrent default: "
                      "use it with --ours both or recurrent")
+    if args.cuda and not torch.cuda.is_available():
+        parser.error("--cuda: CUDA is not available on this machine")
+    device = "cuda" if args.cuda else "cpu"
     per_update = steps_per_update(args.num_envs)
     steps = max(per_update, args.steps // per_update * per_update)  # the same count for every trainer
     warmup = args.warmup_steps and max(per_update, args.warmup_steps // per_update * per_update)
 
     def ours(setup: dict[str, Any]) -> Trainer:
-        return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, **setup)
+        return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device, **setup)
 
     trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env).items()}
     if not args.no_sb3:
         trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
-                                        seed=args.seed)
+                                        seed=args.seed, device=device)
     ablations = ablation_setups(args.ours_vec_env) if args.ablation else {}
     trainers.update((name, ours(setup)) for name, setup in ablations.items())
 
     envs_used = f"ours {env_path(args.ours_vec_env)}" + ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env)}")
     print(f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; "
           f"envs: {envs_used}; torch {torch.__version__} with {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs", flush=True)
+          f"{os.cpu_count()} CPUs" + (f", {torch.cuda.get_device_name()}" if args.cuda else ""), flush=True)
     results = run_alternating(trainers, steps, args.repeats, warmup, args.threads)
     print_table(results)
     peak = max(max(trials.peak_rss_kib) for trials in results.values())

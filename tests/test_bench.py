@@ -66,3 +66,11 @@ def test_a_tiny_run_prints_its_table_and_memory(capsys):
     row = next(line for line in out.splitlines() if line.startswith(OURS_FEEDFORWARD + " "))
     assert row[len(OURS_FEEDFORWARD):].split()[0] == "10"  # env steps of the run
     assert "peak RSS of a training process" in out and "ratio" not in out
+
+
+@pytest.mark.skipif(bench.torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--cuda"])
+    assert exc.value.code == 2
+    assert "CUDA is not available" in capsys.readouterr().err
