@@ -2,7 +2,8 @@
 
 * channels-last memory order: the same weights, outputs and training losses (to float rounding);
 * the Nature-DQN encoder (``--arch nature``): its shape, and that its checkpoints play back;
-* acting under ``torch.inference_mode``: the same actions and values as with gradients off.
+* acting under ``torch.inference_mode``: the same actions and values as with gradients off;
+* malloc keeping freed memory: the same run bit for bit.
 """
 from __future__ import annotations
 
@@ -105,3 +106,15 @@ def test_acting_in_inference_mode_matches_no_grad():
     assert all(torch.equal(a, b) for a, b in zip(next_state, ref_state))
     # The state it returns starts the next rollout, which is trained through: it must be usable with autograd.
     agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
+
+
+def test_keeping_freed_memory_changes_nothing_computed(tmp_path):
+    """The malloc setting only changes where activations live: the same run, bit for bit."""
+    runs = []
+    try:
+        for i, keep in enumerate((False, True)):
+            utils.keep_freed_memory(keep)
+            runs.append([(h["total"], h["grad_norm"]) for h in short_run(tmp_path / str(i))])
+    finally:
+        utils.keep_freed_memory(False)
+    assert runs[0] == runs[1]
