@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 import os
 import signal
 import sys
@@ -27,6 +28,9 @@ from config import Config
 from storage import Batch, RolloutStorage
 from utils import (CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule,
                    resident_memory_mib, rng_state)
+
+HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
+
 
 class TrainingState:
     """Counters and records that a resumed run carries on from."""
@@ -71,7 +75,8 @@ class Runner:
         self.new_episodes = 0  # episodes finished in the current update
         self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
         self.reward_part_sums: dict[str, torch.Tensor] = {}
-        self.history: list[dict[str, float]] = []  # per-update stats, kept for tests and callers
+        # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
+        self.history: deque[dict[str, float]] = deque(maxlen=HISTORY_LENGTH)
 
     # ------------------------------------------------------------------ collection
     def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
