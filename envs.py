@@ -65,6 +65,17 @@ def _is_atari(env_name: str) -> bool:
     return isinstance(entry, str) and entry.startswith("ale_py")
 
 
+def wrapper_skips_frames(env_name: str) -> dict[str, Any]:
+    """Emulator settings for SB3's Atari wrapper: v5 ids skip frames in the emulator, but here the
+    wrapper does the skipping (with max-pooling), so the emulator's own skipping is turned off."""
+    return {"frameskip": 1} if gym.registry[env_name].kwargs.get("frameskip", 1) != 1 else {}
+
+
+def stack_frames(venv: VecEnv, n_stack: int) -> VecEnv:
+    """The last ``n_stack`` frames of each env, channel-first: observations ``[N, n_stack, 84, 84]`` uint8."""
+    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))
+
+
 def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
     # Runs in the worker process too (subproc), which must register the ALE ids itself.
     gym.register_envs(ale_py)
@@ -82,12 +93,9 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     check_env_id(env_name)
     if vec_env == "ale":
         return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames)
-    env_kwargs: dict[str, Any] = {}
-    # v5 ids skip frames in the emulator; the Atari wrapper does the skipping (with max-pooling) here.
-    if gym.registry[env_name].kwargs.get("frameskip", 1) != 1:
-        env_kwargs["frameskip"] = 1
+    env_kwargs = wrapper_skips_frames(env_name)
     if max_episode_frames is not None:
         env_kwargs["max_episode_steps"] = max_episode_frames
     venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
                           env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
-    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))
+    return stack_frames(venv, n_stack)

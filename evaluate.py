@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
@@ -28,10 +27,10 @@ import numpy as np
 import torch
 from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecFrameStack, VecTransposeImage
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from model import ActorCritic
-from utils import UsageError, atomic_write
+from utils import UsageError, atomic_write, probe_writable
 
 PROTOCOLS = ("classic", "machado")
 MACHADO_MAX_FRAMES = 108_000  # 30 minutes of play at 60 frames a second
@@ -282,7 +281,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     numbers run 1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap;
     without caps, the k-th game of env i is number ``k * num_envs + i + 1``.
     """
-    from envs import _make_ale, check_env_id
+    from envs import _make_ale, check_env_id, stack_frames, wrapper_skips_frames
 
     if protocol not in PROTOCOL_SETTINGS:
         raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
@@ -292,10 +291,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     check_env_id(env_name)
     settings = PROTOCOL_SETTINGS[protocol]
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
-                                  "full_action_space": bool(full_action_space)}
-    # v5 ids skip frames in the emulator; the Atari wrapper does the skipping (with max-pooling) here.
-    if gym.registry[env_name].kwargs.get("frameskip", 1) != 1:
-        env_kwargs["frameskip"] = 1
+                                  "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}
     cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
     if cap is not None:
         env_kwargs["max_episode_steps"] = int(cap)
@@ -310,8 +306,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     if video_dir is not None:
         try:
             os.makedirs(video_dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=video_dir):
-                pass
+            probe_writable(video_dir)
         except OSError as exc:
             raise UsageError(f"cannot write videos to '{video_dir}': {exc.strerror or exc}") from None
 
@@ -335,7 +330,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
 
     venv = DummyVecEnv([make_env(i) for i in range(num_envs)])
     venv.seed(seed)
-    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))
+    return stack_frames(venv, n_stack)
 
 
 def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:

@@ -12,7 +12,6 @@ import dataclasses
 import math
 import os
 import sys
-import tempfile
 import time
 from typing import Any, Optional, Sequence
 
@@ -178,7 +177,7 @@ def pick_device(want_cuda: bool, threads: int = 0):
 
 def make_run_dir(config: Config) -> str:
     """A new directory under ``log_dir`` named from env, time and seed; checks it can be written."""
-    from utils import UsageError
+    from utils import UsageError, probe_writable
 
     name = f"{config.env_name.replace('/', '-')}_{time.strftime('%Y%m%d-%H%M%S')}_seed{config.seed}"
     try:
@@ -189,8 +188,7 @@ def make_run_dir(config: Config) -> str:
             suffix += 1
             path = os.path.join(config.log_dir, f"{name}-{suffix}")
         os.makedirs(path)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        probe_writable(path)
     except OSError as exc:
         raise UsageError(f"cannot write to log dir '{config.log_dir}': {exc.strerror or exc}") from None
     return path
@@ -315,7 +313,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     """
     from agent import load_model
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
-    from utils import UsageError, load_checkpoint, seed_everything
+    from utils import UsageError, load_checkpoint, probe_writable, seed_everything
 
     checkpoint = load_checkpoint(load)
     env_name = config.env_name if "env_name" in typed else checkpoint["env_name"]
@@ -323,8 +321,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
                                         allowed=set(typed) - set(ARCHITECTURE))
     if json_path is not None:  # find out before playing, not after
         try:
-            with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(json_path))):
-                pass
+            probe_writable(os.path.dirname(os.path.abspath(json_path)))
         except OSError as exc:
             raise UsageError(f"cannot write --json file '{json_path}': {exc.strerror or exc}") from None
     max_frames = config.max_episode_frames if "max_episode_frames" in typed else None

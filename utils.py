@@ -95,6 +95,12 @@ def atomic_write(path: str, write: Callable[[IO], Any], binary: bool = True) -> 
         raise
 
 
+def probe_writable(directory: str) -> None:
+    """Raise ``OSError`` unless a file can be created in ``directory`` (checked before long work, not after)."""
+    with tempfile.TemporaryFile(dir=directory):
+        pass
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

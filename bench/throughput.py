@@ -69,7 +69,7 @@ import torch  # noqa: E402
 
 from agent import agent_from_config  # noqa: E402
 from config import Config  # noqa: E402
-from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env  # noqa: E402
+from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
 from runner import Runner  # noqa: E402
 from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
 
@@ -120,13 +120,6 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     return state.step, seconds
 
 
-def _sb3_env_kwargs(env_name: str) -> dict:
-    """The same emulator settings as ``envs.make_vec_env``: frame skipping left to the Atari wrapper."""
-    import gymnasium as gym
-
-    return {"frameskip": 1} if gym.registry[env_name].kwargs.get("frameskip", 1) != 1 else {}
-
-
 def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
               device: str = "cpu") -> tuple[int, float]:
     """Train stable-baselines3's A2C with the RL Zoo's Atari settings for ``steps`` env steps.
@@ -147,7 +140,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
     from stable_baselines3.common.vec_env import VecFrameStack
 
     seed_everything(seed)
-    env = VecFrameStack(make_atari_env(env_name, n_envs=num_envs, seed=seed, env_kwargs=_sb3_env_kwargs(env_name),
+    env = VecFrameStack(make_atari_env(env_name, n_envs=num_envs, seed=seed, env_kwargs=wrapper_skips_frames(env_name),
                                        vec_env_cls=VEC_ENVS[vec_env]), n_stack=4)
     try:
         model = A2C("CnnPolicy", env, learning_rate=7e-4, n_steps=5, ent_coef=0.01, vf_coef=0.25,

@@ -21,3 +21,26 @@ def torch_single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def one_line_error(capsys):
+    """``one_line_error(argv)`` runs ``main`` in-process and returns its error line.
+
+    It checks that the run exits with code 2 and prints exactly one ``error: ...`` line on
+    stderr, with no traceback.
+    """
+    import main
+
+    def run(argv: list[str]) -> str:
+        try:
+            code = main.main(argv)
+        except SystemExit as exc:  # argparse's own checks
+            code = exc.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        errors = [line for line in err if line.startswith("error: ")]
+        assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
+        return errors[0]
+
+    return run

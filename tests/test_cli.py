@@ -139,19 +139,6 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ bad input
-def _one_line_error(capsys, argv: list[str]) -> str:
-    """Run main in-process; it must exit with code 2 and a single 'error: ...' line on stderr."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:  # argparse's own checks
-        code = exc.code
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    errors = [line for line in err if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
-    return errors[0]
-
-
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "Pongg"], "unknown env id 'Pongg'; did you mean PongNoFrameskip-v4, ALE/Pong-v5?"),
     (["--env-name", "CartPole-v1"], "not an Atari"),
@@ -171,38 +158,38 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     (["--arch", "resnet"], "--arch: invalid choice: 'resnet'"),
     (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
 ])
-def test_bad_input_one_line_exit_2(capsys, argv, message):
-    assert message in _one_line_error(capsys, argv)
+def test_bad_input_one_line_exit_2(argv, message, one_line_error):
+    assert message in one_line_error(argv)
 
 
-def test_unwritable_log_dir(capsys, tmp_path):
+def test_unwritable_log_dir(tmp_path, one_line_error):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    assert "cannot write to log dir" in _one_line_error(capsys, ["--log-dir", str(blocker / "runs")])
+    assert "cannot write to log dir" in one_line_error(["--log-dir", str(blocker / "runs")])
 
 
-def test_truncated_and_corrupt_checkpoints_are_refused(capsys, trained_run, tmp_path):
+def test_truncated_and_corrupt_checkpoints_are_refused(trained_run, tmp_path, one_line_error):
     data = open(os.path.join(trained_run, "a2c_last"), "rb").read()
     truncated, garbage = tmp_path / "truncated", tmp_path / "garbage"
     truncated.write_bytes(data[: len(data) // 2])
     garbage.write_bytes(os.urandom(4096))
     for path in (truncated, garbage):
-        assert "truncated or corrupt" in _one_line_error(capsys, ["--resume", str(path)])
-        assert "truncated or corrupt" in _one_line_error(capsys, ["--eval", "--load", str(path)])
+        assert "truncated or corrupt" in one_line_error(["--resume", str(path)])
+        assert "truncated or corrupt" in one_line_error(["--eval", "--load", str(path)])
 
 
-def test_checkpoint_of_other_game_or_architecture_is_refused(capsys, trained_run):
+def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_line_error):
     last = os.path.join(trained_run, "a2c_last")
-    message = _one_line_error(capsys, ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4"])
+    message = one_line_error(["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4"])
     assert "6 actions; BreakoutNoFrameskip-v4 has 4" in message
-    assert "another architecture" in _one_line_error(capsys, ["--eval", "--load", last, "--no-recurrent"])
-    assert "another architecture" in _one_line_error(capsys, ["--eval", "--load", last, "--n-stack", "2"])
-    assert "--env-name PongNoFrameskip-v4" in _one_line_error(
-        capsys, ["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
+    assert "another architecture" in one_line_error(["--eval", "--load", last, "--no-recurrent"])
+    assert "another architecture" in one_line_error(["--eval", "--load", last, "--n-stack", "2"])
+    assert "--env-name PongNoFrameskip-v4" in one_line_error(
+        ["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
 
 
-def test_weights_only_checkpoint_cannot_resume(capsys, trained_run):
-    assert "holds weights only" in _one_line_error(capsys, ["--resume", os.path.join(trained_run, "a2c_best_loss")])
+def test_weights_only_checkpoint_cannot_resume(trained_run, one_line_error):
+    assert "holds weights only" in one_line_error(["--resume", os.path.join(trained_run, "a2c_best_loss")])
 
 
 def test_bad_input_from_a_real_process_has_no_traceback():

@@ -257,33 +257,20 @@ def test_cli_eval_writes_json_for_every_checkpoint_kind(runs, run, kind, tmp_pat
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
 
 
-def _one_line_error(capsys, argv: list[str]) -> str:
-    """Run main in-process; it must exit with code 2 and a single 'error: ...' line on stderr."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:  # argparse's own checks
-        code = exc.code
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    errors = [line for line in err if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
-    return errors[0]
-
-
-def test_cli_eval_refuses_bad_input(runs, capsys, tmp_path):
+def test_cli_eval_refuses_bad_input(runs, tmp_path, one_line_error):
     last = os.path.join(runs["plain"], "a2c_last")
-    assert "checkpoint not found: /no/such/ckpt" in _one_line_error(capsys, ["--eval", "--load", "/no/such/ckpt"])
-    assert "6 actions; BreakoutNoFrameskip-v4 has 4" in _one_line_error(
-        capsys, ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4", "--no-cuda"])
-    assert "with --full-action-space has 18" in _one_line_error(
-        capsys, ["--eval", "--load", last, "--protocol", "machado", "--full-action-space", "--no-cuda"])
-    assert "--protocol machado" in _one_line_error(capsys, ["--eval", "--load", last, "--full-action-space"])
-    assert "cannot write --json file" in _one_line_error(
-        capsys, ["--eval", "--load", last, "--json", str(tmp_path / "missing" / "r.json")])
-    assert "invalid choice" in _one_line_error(capsys, ["--eval", "--load", last, "--protocol", "nope"])
-    assert "not allowed with" in _one_line_error(capsys, ["--eval", "--load", last, "--deterministic", "--stochastic"])
-    assert "--eval-envs: expected a positive integer" in _one_line_error(
-        capsys, ["--eval", "--load", last, "--eval-envs", "0"])
+    assert "checkpoint not found: /no/such/ckpt" in one_line_error(["--eval", "--load", "/no/such/ckpt"])
+    assert "6 actions; BreakoutNoFrameskip-v4 has 4" in one_line_error(
+        ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4", "--no-cuda"])
+    assert "with --full-action-space has 18" in one_line_error(
+        ["--eval", "--load", last, "--protocol", "machado", "--full-action-space", "--no-cuda"])
+    assert "--protocol machado" in one_line_error(["--eval", "--load", last, "--full-action-space"])
+    assert "cannot write --json file" in one_line_error(
+        ["--eval", "--load", last, "--json", str(tmp_path / "missing" / "r.json")])
+    assert "invalid choice" in one_line_error(["--eval", "--load", last, "--protocol", "nope"])
+    assert "not allowed with" in one_line_error(["--eval", "--load", last, "--deterministic", "--stochastic"])
+    assert "--eval-envs: expected a positive integer" in one_line_error(
+        ["--eval", "--load", last, "--eval-envs", "0"])
 
 
 def test_cli_eval_flags_parse():
