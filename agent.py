@@ -190,7 +190,8 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                         arch=config.arch, channels_last=config.channels_last).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,
-                    channels_last=config.channels_last).to(device) if config.icm else None
+                    channels_last=config.channels_last,
+                    forward_trains_phi=config.icm_forward_grad).to(device) if config.icm else None
     return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
                     entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
                     gamma=config.gamma, gae_lambda=config.gae_lambda, intrinsic=intrinsic,

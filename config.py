@@ -68,6 +68,8 @@ class Config:
     """Weight of the game's reward when curiosity is on; 0 trains on curiosity alone (with --icm)."""
     icm_normalize: bool = False
     """Divide intrinsic rewards by their running standard deviation (with --icm)."""
+    icm_forward_grad: bool = True
+    """Let the forward loss train the ICM's encoder phi, as in the paper; off, phi learns from the inverse loss alone (with --icm)."""
     max_skipped_updates: int = 10
     """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
 

@@ -45,15 +45,19 @@ class ICM(nn.Module):
       ``L_F = 1/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2`` (a sum over features, a mean over transitions);
     * intrinsic reward ``r_i = eta/2 ||phi_hat(s_t+1) - phi(s_t+1)||^2``, without gradient.
 
-    Both losses train phi, as in the paper's objective and the authors' code: the inverse loss
-    makes the features keep what the agent's actions affect, and the forward loss keeps them
-    small. With the inverse loss alone the features grow without bound (cross-entropy on
-    separable data rewards ever larger logits), and curiosity grows with them instead of fading.
+    By default both losses train phi, as in the paper's objective and the authors' code: the
+    inverse loss makes the features keep what the agent's actions affect, and the forward loss
+    keeps them small. With ``forward_trains_phi=False`` the forward loss sees phi's features
+    detached and trains the forward model only; phi then learns from the inverse loss alone, so it
+    cannot shrink its features to make prediction (and curiosity) easy. Its features may grow
+    instead (cross-entropy on separable data rewards ever larger logits), which normalizing the
+    intrinsic reward by its running std takes out.
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
-                 hidden_size: int = 256, channels_last: bool = False) -> None:
+                 hidden_size: int = 256, channels_last: bool = False, forward_trains_phi: bool = True) -> None:
         super().__init__()
+        self.forward_trains_phi = forward_trains_phi
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "hidden_size": int(hidden_size)}
         self.num_actions, self.eta, self.beta = num_actions, eta, beta
         self.phi = ConvEncoder(obs_shape[0], channels_last)
@@ -91,6 +95,8 @@ class ICM(nn.Module):
         phi, phi_next = self.phi(obs), self.phi(next_obs)
         logits = self.inverse(torch.cat([phi, phi_next], dim=1))
         inverse = masked_mean(F.cross_entropy(logits, flat_actions, reduction="none"), mask)
+        if not self.forward_trains_phi:
+            phi, phi_next = phi.detach(), phi_next.detach()
         forward = masked_mean(self.prediction_error(phi, phi_next, flat_actions), mask)
         with torch.no_grad():
             accuracy = masked_mean((logits.argmax(dim=1) == flat_actions).float(), mask)

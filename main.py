@@ -73,6 +73,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--icm-lambda", field="icm_lambda", type=non_negative)
     flag("--extrinsic-coeff", field="extrinsic_coeff", type=non_negative)
     switch("--icm-normalize", "icm_normalize")
+    switch("--icm-forward-grad", "icm_forward_grad")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
     switch("--channels-last", "channels_last")
