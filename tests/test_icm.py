@@ -102,6 +102,33 @@ def test_both_losses_train_the_features():
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in icm.forward_model.parameters())
 
 
+
+def test_without_forward_grad_only_the_inverse_loss_trains_the_features():
+    """--no-icm-forward-grad: the forward loss trains the forward model and leaves phi alone."""
+    torch.manual_seed(0)
+    icm = ICM((1, 42, 42), 3, forward_trains_phi=False)
+    obs = torch.randint(0, 256, (2, 2, 1, 42, 42), dtype=torch.uint8)
+    next_obs = torch.randint(0, 256, (2, 2, 1, 42, 42), dtype=torch.uint8)
+    actions = torch.randint(0, 3, (2, 2))
+    terms = icm.losses(obs, next_obs, actions, torch.ones(2, 2))
+    terms["forward"].backward(retain_graph=True)
+    assert all(p.grad is None for p in icm.phi.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in icm.forward_model.parameters())
+    terms["inverse"].backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in icm.phi.parameters())
+    # The loss values themselves do not depend on where the gradient goes.
+    torch.manual_seed(0)
+    same = ICM((1, 42, 42), 3, forward_trains_phi=True).losses(obs, next_obs, actions, torch.ones(2, 2))
+    assert torch.equal(same["forward"], terms["forward"]) and torch.equal(same["inverse"], terms["inverse"])
+
+
+def test_forward_grad_flag_reaches_the_module():
+    from agent import agent_from_config
+    from config import Config
+    for on in (True, False):
+        agent = agent_from_config(Config(icm=True, icm_forward_grad=on, cuda=False), (4, 42, 42), 3)
+        assert agent.intrinsic.forward_trains_phi is on
+
 # ------------------------------------------------------------------------------ learning on a toy world
 def corridor_frame(position: int, cells: int = 8) -> torch.Tensor:
     """A 1x42x42 frame with a bright 5-pixel block at ``position`` along a corridor."""
