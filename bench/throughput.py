@@ -14,8 +14,10 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``);
 * with ``--ablation``, the recurrent default with one optimization removed at a time, to show
   what each bought: ``recurrent, dummy envs`` (SB3's wrappers in this process instead of the
-  fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``, and
-  ``recurrent, none of them`` (all three removed: the starting point before the speed work).
+  fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``,
+  ``recurrent, encoder in one pass`` (the whole rollout through the conv encoder at once
+  instead of in passes of ``ConvEncoder.cpu_chunk`` frames), and ``recurrent, none of them``
+  (all four removed: the starting point before the speed work).
 
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
@@ -70,6 +72,7 @@ import torch  # noqa: E402
 from agent import agent_from_config  # noqa: E402
 from config import Config  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
+from model import ConvEncoder  # noqa: E402
 from runner import Runner  # noqa: E402
 from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
 
@@ -79,7 +82,8 @@ TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward"
 # The optimizations of the recurrent default, each as the train_ours arguments that take it away (--ablation).
 OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
                  "no channels-last": {"channels_last": False},
-                 "default malloc": {"keep_freed": False}}
+                 "default malloc": {"keep_freed": False},
+                 "encoder in one pass": {"encoder_passes": False}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -91,15 +95,18 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
-               keep_freed: bool = True, device: str = "cpu") -> tuple[int, float]:
+               keep_freed: bool = True, encoder_passes: bool = True, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
     agent_from_config -> Runner), on the CPU, without TensorBoard or progress bar, into a
-    throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it.
+    throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it;
+    ``encoder_passes=False`` has the universe encoder take every batch in one pass.
     """
     if keep_freed:
         keep_freed_memory()
+    if not encoder_passes:
+        ConvEncoder.cpu_chunk = None  # this process runs only this trial
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
                         channels_last=channels_last, seed=seed,
@@ -162,7 +169,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
     return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
-                keep_freed=True)
+                keep_freed=True, encoder_passes=True)
 
 
 def ours_setups(ours: str, vec_env: str) -> dict[str, dict[str, Any]]:
@@ -374,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
-                        "channels-last, default malloc) and without all of them")
+                        "channels-last, default malloc, encoder in one pass) and without all of them")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",

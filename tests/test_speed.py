@@ -3,6 +3,8 @@
 * channels-last memory order: the same weights, outputs and training losses (to float rounding);
 * the Nature-DQN encoder (``--arch nature``): its shape, and that its checkpoints play back;
 * acting under ``torch.inference_mode``: the same actions and values as with gradients off;
+* the universe encoder taking a large batch in passes of a few frames on the CPU: the same
+  features, gradients and training losses (to float rounding);
 * malloc keeping freed memory: the same run bit for bit.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ import utils
 from agent import agent_from_config, load_model
 from config import Config
 from envs import make_vec_env
-from model import ActorCritic, NatureEncoder
+from model import ActorCritic, ConvEncoder, NatureEncoder
 from runner import Runner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -118,3 +120,40 @@ def test_keeping_freed_memory_changes_nothing_computed(tmp_path):
     finally:
         utils.keep_freed_memory(False)
     assert runs[0] == runs[1]
+
+
+@pytest.fixture
+def cpu_chunk():
+    """Lets a test change ``ConvEncoder.cpu_chunk`` and puts the default back afterwards."""
+    default = ConvEncoder.cpu_chunk
+    yield
+    ConvEncoder.cpu_chunk = default
+
+
+@pytest.mark.usefixtures("cpu_chunk")
+def test_encoder_in_passes_gives_the_same_features_and_gradients():
+    torch.manual_seed(0)
+    encoder = ConvEncoder(4, channels_last=True).to(memory_format=torch.channels_last)
+    obs = torch.randint(0, 256, (21, 4, 84, 84), dtype=torch.uint8)  # 8 + 8 + 5: a short last pass
+    grads = []
+    for chunk in (None, 8):
+        ConvEncoder.cpu_chunk = chunk
+        encoder.zero_grad()
+        features = encoder(obs)
+        (features * torch.linspace(-1, 1, features.shape[1])).sum().backward()
+        grads.append((features.detach(), [p.grad.clone() for p in encoder.parameters()]))
+    (whole, whole_grads), (split, split_grads) = grads
+    assert split.shape == (21, 288) and torch.equal(split, whole)  # each frame is computed alone either way
+    for a, b in zip(split_grads, whole_grads):  # weight gradients sum over frames in another order
+        assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.usefixtures("cpu_chunk")
+def test_encoder_in_passes_trains_the_same(tmp_path):
+    ConvEncoder.cpu_chunk = None
+    whole = short_run(tmp_path / "whole")
+    ConvEncoder.cpu_chunk = 3  # 2 envs x 5 steps = 10 frames: passes of 3, 3, 3 and 1
+    split = short_run(tmp_path / "split")
+    for key in ("total", "policy", "value", "entropy", "grad_norm"):
+        assert_close(torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]),
+                     rtol=1e-3, atol=1e-6, msg=key)

@@ -1,0 +1,76 @@
+"""How many frames the universe encoder should take per pass on the CPU.
+
+The update runs the conv encoder over a whole rollout (16 envs x 5 steps = 80 frames) with
+gradients. Its first feature maps are 32 x 42 x 42 floats, 225 KB a frame, so 80 frames in one
+pass stream about 18 MB per layer through memory, forward and again backward. Passes of a few
+frames keep them near the core's cache. This script times the forward and backward pass of the
+encoder (channels-last, as trained) over one rollout for several pass sizes, in turn, for
+``--repeats`` rounds, and prints each median with its speed-up over the whole batch in one pass;
+``model.ConvEncoder.cpu_chunk`` is the size chosen from it. The Nature CNN is timed alongside
+for contrast (its first maps are 20x20, and it is not split).
+
+    python bench/encoder_batch.py
+    python bench/encoder_batch.py --frames 160 --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from model import ConvEncoder, NatureEncoder  # noqa: E402
+
+
+def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int) -> float:
+    """Mean milliseconds of one forward + backward pass over ``frames`` in passes of ``chunk``
+    (split here, as ``ConvEncoder.forward`` splits them, with the encoder's own splitting off)."""
+    ConvEncoder.cpu_chunk = None
+    tic = time.perf_counter()
+    for _ in range(iterations):
+        parts = [frames] if chunk is None else frames.split(chunk)
+        torch.cat([encoder(part) for part in parts]).sum().backward()
+    return (time.perf_counter() - tic) / iterations * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--frames", type=int, default=80, help="frames per update (num_envs x rollout_size)")
+    p.add_argument("--chunks", type=int, nargs="+", default=[4, 8, 16, 32], help="pass sizes to time")
+    p.add_argument("--repeats", type=int, default=7, help="rounds; the median is reported")
+    p.add_argument("--iterations", type=int, default=5, help="passes timed in each round")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    frames = torch.randint(0, 256, (args.frames, 4, 84, 84), dtype=torch.uint8)
+    print(f"{args.frames} frames of 4x84x84, forward + backward, torch {torch.__version__} "
+          f"with {torch.get_num_threads()} threads, median of {args.repeats} rounds")
+    for name, encoder in (("universe", ConvEncoder(4, channels_last=True)),
+                          ("nature", NatureEncoder((4, 84, 84), channels_last=True))):
+        encoder.to(memory_format=torch.channels_last)
+        sizes: list[int | None] = [None] + [c for c in args.chunks if c < args.frames]
+        for size in sizes:  # warm-up: oneDNN picks and caches its kernels per shape
+            time_pass(encoder, frames, size, 1)
+        times: dict[int | None, list[float]] = {size: [] for size in sizes}
+        for _ in range(args.repeats):
+            for size in sizes:
+                times[size].append(time_pass(encoder, frames, size, args.iterations))
+        whole = statistics.median(times[None])
+        for size in sizes:
+            ms = statistics.median(times[size])
+            label = "whole batch" if size is None else f"passes of {size}"
+            print(f"{name:<9} {label:<13} {ms:7.1f} ms  {whole / ms:5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
