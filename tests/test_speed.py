@@ -157,3 +157,12 @@ def test_encoder_in_passes_trains_the_same(tmp_path):
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]),
                      rtol=1e-3, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_frames_are_scaled_in_one_pass_to_the_same_numbers(channels_last):
+    from model import _scaled
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    scaled = _scaled(obs, channels_last)
+    assert scaled.dtype == torch.float32 and torch.equal(scaled, obs.float() / 255.0)
+    assert scaled.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
