@@ -76,6 +76,21 @@ class A2CAgent:
         actions = Categorical(logits=logits).sample()
         return actions, values, state
 
+    def act_with_graph(self, obs: torch.Tensor, state: State,
+                       episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """:meth:`act` with gradients: returns actions ``[N]``, logits ``[N, A]`` and values ``[N]``
+        with their graph, and the next state (its graph reaches back to the rollout's start).
+
+        The weights do not change while a rollout is collected, so this forward pass is exactly
+        the one the update needs: the loss trains through it (``Batch.outputs``) instead of
+        running the rollout through the network a second time. The actions are sampled as
+        :meth:`act` samples them, from the same random stream.
+        """
+        logits, values, state = self.model(obs, state, episode_starts)
+        with torch.no_grad():
+            actions = Categorical(logits=logits).sample()
+        return actions, logits, values, state
+
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """Values ``[N]`` for bootstrapping; ``state`` is not advanced."""
@@ -109,12 +124,17 @@ class A2CAgent:
         return self.optimizer.param_groups[0]["lr"]
 
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Re-run the rollout with gradients (from its detached initial state) and return the loss terms.
+        """The loss terms of a rollout: trained through the outputs kept from collecting it
+        (``batch.outputs``), or, without them, through the rollout run again from its detached
+        initial state (the same numbers: the same weights see the same frames and states).
 
         Names without a slash are A2C terms; a provider's terms come as ``icm/<name>``, and with
         a provider ``total = icm_lambda * a2c_total + provider total`` (``a2c_total`` keeps the A2C part).
         """
-        logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+        if batch.outputs is not None:
+            logits, values = batch.outputs
+        else:
+            logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
         terms = a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages,
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:

@@ -4,8 +4,10 @@ One update reads::
 
     collect a rollout -> compute returns -> agent.update -> log -> checkpoints
 
-The runner owns the live recurrent state between rollouts; it is detached at each rollout
-boundary (``RolloutStorage.start``), so gradients never cross into an earlier rollout.
+The rollout is collected with gradients: the policy's outputs keep their graph, and the update
+trains through them rather than running the rollout through the network again. The runner owns
+the live recurrent state between rollouts; it is detached at each rollout boundary, so
+gradients never cross into an earlier rollout.
 """
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ class Runner:
 
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
-                 evaluator: Optional[Evaluator] = None) -> None:
+                 evaluator: Optional[Evaluator] = None, keep_graph: bool = True) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
+        # Collect with gradients and train through that forward pass (False: run the rollout again in the update).
+        self.keep_graph = keep_graph
         self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
@@ -91,10 +95,18 @@ class Runner:
     def collect(self) -> Batch:
         """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
         cfg, agent, storage = self.config, self.agent, self.storage
+        # Truncated backpropagation through time: no gradient flows into the previous rollout.
+        self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)
         self.episode_ends.clear()
         for t in range(cfg.rollout_size):
-            actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
+            if self.keep_graph:
+                actions, logits, values, next_state = agent.act_with_graph(
+                    self.obs, self.recurrent_state, self.episode_starts)
+                storage.keep_outputs(logits, values)
+                values = values.detach()
+            else:
+                actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
             bootstrap = self._truncation_bootstrap(dones, infos, next_state)
             self._record_episodes(infos, t)

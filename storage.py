@@ -74,6 +74,9 @@ class Batch:
     advantages: torch.Tensor      # [T, N] float
     values: torch.Tensor          # [T, N] float, the values seen while collecting
     initial_state: tuple[torch.Tensor, ...]  # recurrent state before obs[0] (detached)
+    # The policy's logits [T, N, A] and values [T, N] computed while collecting, with their graph:
+    # the loss trains through them. None: the loss runs the rollout through the network again.
+    outputs: Optional[tuple[torch.Tensor, torch.Tensor]] = None
     next_obs: Optional[torch.Tensor] = None  # [T, N, C, H, W] uint8, obs after step t (for curiosity)
     valid: Optional[torch.Tensor] = None     # [T, N] float, 1 where next_obs[t] is the true next obs
     reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"intrinsic": [T, N]}
@@ -102,10 +105,18 @@ class RolloutStorage:
         self.last_obs = torch.zeros((N, *obs_shape), dtype=torch.uint8, device=device)
         self.last_values = torch.zeros(N, device=device)
         self.initial_state: tuple[torch.Tensor, ...] = ()
+        self.output_logits: list[torch.Tensor] = []
+        self.output_values: list[torch.Tensor] = []
 
     def start(self, state: tuple[torch.Tensor, ...]) -> None:
         """Begin a rollout from the recurrent ``state``; gradients never flow into an earlier rollout."""
         self.initial_state = tuple(s.detach().clone() for s in state)
+        self.output_logits, self.output_values = [], []
+
+    def keep_outputs(self, logits: torch.Tensor, values: torch.Tensor) -> None:
+        """The next step's policy logits ``[N, A]`` and values ``[N]`` with their graph, for the loss."""
+        self.output_logits.append(logits)
+        self.output_values.append(values)
 
     def insert(self, step: int, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
                values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
@@ -137,6 +148,9 @@ class RolloutStorage:
         the time-limit bootstraps. ``extra`` fills the optional fields of :class:`Batch`."""
         rewards = (self.rewards if rewards is None else rewards) + self.bootstrap
         returns, advantages = compute_returns(rewards, self.values, self.dones, self.last_values, gamma, gae_lambda)
+        outputs = None
+        if len(self.output_logits) == self.rollout_size:
+            outputs = torch.stack(self.output_logits), torch.stack(self.output_values)
         return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
                      returns=returns, advantages=advantages, values=self.values,
-                     initial_state=self.initial_state, **extra)
+                     initial_state=self.initial_state, outputs=outputs, **extra)

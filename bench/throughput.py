@@ -16,8 +16,10 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   what each bought: ``recurrent, dummy envs`` (SB3's wrappers in this process instead of the
   fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``,
   ``recurrent, encoder in one pass`` (the whole rollout through the conv encoder at once
-  instead of in passes of ``ConvEncoder.cpu_chunk`` frames), and ``recurrent, none of them``
-  (all four removed: the starting point before the speed work).
+  instead of in passes of ``ConvEncoder.cpu_chunk`` frames), ``recurrent, rollout run again``
+  (acting without gradients, then the whole rollout through the network again in the update,
+  instead of training through the forward pass kept from collecting), and
+  ``recurrent, none of them`` (all five removed: the starting point before the speed work).
 
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
@@ -83,7 +85,8 @@ TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward"
 OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
                  "no channels-last": {"channels_last": False},
                  "default malloc": {"keep_freed": False},
-                 "encoder in one pass": {"encoder_passes": False}}
+                 "encoder in one pass": {"encoder_passes": False},
+                 "rollout run again": {"keep_graph": False}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -95,13 +98,15 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
-               keep_freed: bool = True, encoder_passes: bool = True, device: str = "cpu") -> tuple[int, float]:
+               keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
+               device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
     agent_from_config -> Runner), on the CPU, without TensorBoard or progress bar, into a
     throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it;
-    ``encoder_passes=False`` has the universe encoder take every batch in one pass.
+    ``encoder_passes=False`` has the universe encoder take every batch in one pass;
+    ``keep_graph=False`` collects without gradients and runs the rollout again in the update.
     """
     if keep_freed:
         keep_freed_memory()
@@ -117,7 +122,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
                             config.max_episode_frames)
         try:
             agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
-            runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
+            runner = Runner(agent, envs, config, log_dir, keep_graph=keep_graph)  # resets the envs: not timed
             tic = time.perf_counter()
             state = runner.train()
             seconds = time.perf_counter() - tic
@@ -169,7 +174,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
     return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
-                keep_freed=True, encoder_passes=True)
+                keep_freed=True, encoder_passes=True, keep_graph=True)
 
 
 def ours_setups(ours: str, vec_env: str) -> dict[str, dict[str, Any]]:
@@ -381,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
-                        "channels-last, default malloc, encoder in one pass) and without all of them")
+                        "channels-last, default malloc, encoder in one pass, rollout run again) and without all of them")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",

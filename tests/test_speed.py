@@ -3,11 +3,15 @@
 * channels-last memory order: the same weights, outputs and training losses (to float rounding);
 * the Nature-DQN encoder (``--arch nature``): its shape, and that its checkpoints play back;
 * acting under ``torch.inference_mode``: the same actions and values as with gradients off;
+* training through the forward pass kept from collecting the rollout: the same losses and
+  gradients as running the rollout through the network again;
 * the universe encoder taking a large batch in passes of a few frames on the CPU: the same
   features, gradients and training losses (to float rounding);
 * malloc keeping freed memory: the same run bit for bit.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -23,7 +27,7 @@ from runner import Runner
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
-def short_run(tmp_path, **overrides) -> list[dict[str, float]]:
+def short_run(tmp_path, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
     config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
                     **overrides)
     utils.seed_everything(config.seed)
@@ -31,7 +35,7 @@ def short_run(tmp_path, **overrides) -> list[dict[str, float]]:
                         config.max_episode_frames)
     agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
     tmp_path.mkdir()
-    runner = Runner(agent, envs, config, str(tmp_path))
+    runner = Runner(agent, envs, config, str(tmp_path), keep_graph=keep_graph)
     runner.train()
     envs.close()
     return runner.history
@@ -166,3 +170,48 @@ def test_frames_are_scaled_in_one_pass_to_the_same_numbers(channels_last):
     scaled = _scaled(obs, channels_last)
     assert scaled.dtype == torch.float32 and torch.equal(scaled, obs.float() / 255.0)
     assert scaled.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def collected_rollout(recurrent: bool, arch: str, tmp_path):
+    """A runner on Pong whose rollout crosses an episode boundary (20-frame games), collected with its graph."""
+    config = Config(num_envs=3, seed=5, recurrent=recurrent, arch=arch, hidden_size=32, tensorboard=False,
+                    progress=False, max_episode_frames=20)
+    utils.seed_everything(config.seed)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
+                        config.max_episode_frames)
+    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    runner = Runner(agent, envs, config, str(tmp_path))
+    runner.collect()  # the first rollout starts every episode; the second carries state and crosses a reset
+    batch = runner.collect()
+    envs.close()
+    assert batch.outputs is not None and batch.outputs[0].grad_fn is not None
+    assert batch.episode_starts[1:].sum() > 0 and batch.episode_starts[0].sum() < config.num_envs
+    if recurrent:
+        assert batch.initial_state[0].abs().sum() > 0 and batch.initial_state[0].grad_fn is None
+    return agent, batch
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_loss_through_the_collected_graph_equals_running_the_rollout_again(tmp_path, arch, recurrent):
+    agent, batch = collected_rollout(recurrent, arch, tmp_path)
+    again = dataclasses.replace(batch, outputs=None)
+    results = []
+    for b in (batch, again):
+        agent.model.zero_grad()
+        terms = agent.loss(b)
+        terms["total"].backward()
+        results.append((terms, [p.grad.clone() for p in agent.model.parameters()]))
+    (kept, kept_grads), (rerun, rerun_grads) = results
+    for key in ("total", "policy", "value", "entropy"):
+        assert_close(kept[key], rerun[key], rtol=1e-5, atol=1e-7, msg=key)
+    for a, b in zip(kept_grads, rerun_grads):
+        assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_training_through_the_collected_graph_gives_the_same_losses(tmp_path, arch, recurrent):
+    kept = short_run(tmp_path / "kept", arch=arch, recurrent=recurrent)
+    rerun = short_run(tmp_path / "rerun", keep_graph=False, arch=arch, recurrent=recurrent)
+    for key in ("total", "policy", "value", "entropy", "grad_norm"):
+        assert_close(torch.tensor([h[key] for h in kept]), torch.tensor([h[key] for h in rerun]),
+                     rtol=1e-3, atol=1e-6, msg=key)
