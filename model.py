@@ -30,10 +30,10 @@ class ConvEncoder(nn.Module):
     grid = 3
     out_features = num_filters * grid * grid  # 288
     # Frames per pass on the CPU (None: the whole batch at once). The first feature maps are
-    # 225 KB a frame; in passes of 8 frames they stay near the core's cache, and the update's
-    # forward and backward over a rollout of 80 frames run about twice as fast as in one pass
-    # (bench/encoder_batch.py). On a GPU the whole batch goes at once.
-    cpu_chunk: int | None = 8
+    # 225 KB a frame; in passes of 16 frames they stay nearer the core's cache, and a forward and
+    # backward pass over 80 frames (a rollout through the curiosity encoder, say) runs about twice
+    # as fast as in one pass (bench/encoder_batch.py). On a GPU the whole batch goes at once.
+    cpu_chunk: int | None = 16
 
     def __init__(self, in_channels: int, channels_last: bool = False) -> None:
         super().__init__()

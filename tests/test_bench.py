@@ -17,12 +17,10 @@ def test_ablation_rows_each_take_away_one_optimization_then_all():
     default = bench.default_setup("ale")
     rows = bench.ablation_setups("ale")
     assert list(rows) == ["recurrent, dummy envs", "recurrent, no channels-last", "recurrent, default malloc",
-                          "recurrent, encoder in one pass", "recurrent, rollout run again",
-                          "recurrent, none of them"]
+                          "recurrent, rollout run again", "recurrent, none of them"]
     changed = {name: {k for k in setup if setup[k] != default[k]} for name, setup in rows.items()}
     assert changed == {"recurrent, dummy envs": {"vec_env"}, "recurrent, no channels-last": {"channels_last"},
                        "recurrent, default malloc": {"keep_freed"},
-                       "recurrent, encoder in one pass": {"encoder_passes"},
                        "recurrent, rollout run again": {"keep_graph"},
                        "recurrent, none of them": {"vec_env", "channels_last", "keep_freed", "encoder_passes",
                                                    "keep_graph"}}
