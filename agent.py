@@ -107,13 +107,13 @@ class A2CAgent:
         if self.intrinsic is None:
             return storage.batch(self.gamma, self.gae_lambda)
         next_obs, valid = storage.next_obs(), 1.0 - storage.dones
-        intrinsic = self.intrinsic.rewards(storage.obs, next_obs, storage.actions, valid)
+        intrinsic, losses = self.intrinsic.rewards_and_losses(storage.frames(), storage.actions, valid)
         if self.intrinsic_std is not None:
             self.intrinsic_std.update(intrinsic[valid > 0])
             intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
         rewards = self.extrinsic_coeff * storage.rewards + intrinsic
         return storage.batch(self.gamma, self.gae_lambda, rewards=rewards, next_obs=next_obs, valid=valid,
-                             reward_parts={"intrinsic": intrinsic})
+                             reward_parts={"intrinsic": intrinsic}, intrinsic_losses=losses)
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -139,7 +139,9 @@ class A2CAgent:
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:
             return terms
-        curiosity = self.intrinsic.losses(batch.obs, batch.next_obs, batch.actions, batch.valid)
+        curiosity = batch.intrinsic_losses
+        if curiosity is None:
+            curiosity = self.intrinsic.losses(batch.obs, batch.next_obs, batch.actions, batch.valid)
         terms["a2c_total"] = terms["total"]
         terms["total"] = self.icm_lambda * terms["total"] + curiosity["total"]
         terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})

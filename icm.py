@@ -1,9 +1,10 @@
 """Intrinsic Curiosity Module (Pathak et al. 2017, "Curiosity-driven Exploration by Self-supervised Prediction").
 
-An intrinsic-reward provider: the agent hands it each rollout's transitions ``(s_t, a_t, s_t+1)``
-and gets back a curiosity reward per transition and the module's own losses. The runner never
-sees it. Any other provider (random network distillation, say) fits the same slot by offering
-the same two methods, ``rewards`` and ``losses``.
+An intrinsic-reward provider: the agent hands it each rollout's frames and actions, the
+transitions ``(s_t, a_t, s_t+1)``, and gets back a curiosity reward per transition and the
+module's own losses, from one pass of the frames through the module. The runner never sees it.
+Any other provider (random network distillation, say) fits the same slot by offering the same
+method, ``rewards_and_losses``.
 
 Transitions whose ``s_t+1`` is not the true next observation (the env reset after a done) carry
 ``valid = 0``: their reward is zero and they are left out of every loss.
@@ -22,13 +23,14 @@ from model import ConvEncoder
 class IntrinsicRewardProvider(Protocol):
     """What the agent asks of a curiosity-style module; ``nn.Module`` so it can be optimized and saved."""
 
-    def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
-                valid: torch.Tensor) -> torch.Tensor:
-        """Intrinsic reward ``[T, N]`` of each transition, without gradient; 0 where ``valid`` is 0."""
+    def rewards_and_losses(self, frames: torch.Tensor, actions: torch.Tensor,
+                           valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``frames [T+1, N, ...]``: the rollout's observations, then the one after its last step,
+        so transition t goes from ``frames[t]`` to ``frames[t+1]`` by ``actions[t]``.
 
-    def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
-               valid: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Named loss terms; ``total`` is what the agent adds to its objective."""
+        Returns the intrinsic reward ``[T, N]`` of each transition, without gradient and 0 where
+        ``valid`` is 0, and the named loss terms with their graph (the weights are the ones the
+        update will change); ``total`` is what the agent adds to its objective."""
 
 
 def masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -84,24 +86,41 @@ class ICM(nn.Module):
     @torch.no_grad()
     def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
                 valid: torch.Tensor) -> torch.Tensor:
+        """Intrinsic reward of transitions ``obs -> next_obs`` (shaped as ``actions``), 0 where ``valid`` is 0."""
         obs, next_obs, flat_actions, lead = self._flat(obs, next_obs, actions)
         error = self.prediction_error(self.phi(obs), self.phi(next_obs), flat_actions)
         return self.eta * error.view(lead) * valid
 
     def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
                valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The loss terms of transitions ``obs -> next_obs`` (any leading shape, as ``actions``)."""
         obs, next_obs, flat_actions, _ = self._flat(obs, next_obs, actions)
+        return self._losses(self.phi(obs), self.phi(next_obs), flat_actions, valid.reshape(-1).float())[0]
+
+    def rewards_and_losses(self, frames: torch.Tensor, actions: torch.Tensor,
+                           valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`rewards` and :meth:`losses` of the transitions ``frames[t] -> frames[t+1]``, from
+        one pass of the T+1 frames through phi (the separate calls take four passes of T frames)."""
+        T, N = actions.shape
+        features = self.phi(frames.reshape(-1, *frames.shape[2:])).view(T + 1, N, -1)
         mask = valid.reshape(-1).float()
-        phi, phi_next = self.phi(obs), self.phi(next_obs)
+        terms, error = self._losses(features[:-1].reshape(T * N, -1), features[1:].reshape(T * N, -1),
+                                    actions.reshape(-1), mask)
+        return self.eta * error.detach().view(T, N) * valid, terms
+
+    def _losses(self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor,
+                mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The loss terms from features of ``[B]`` transitions, and each one's forward-model error."""
         logits = self.inverse(torch.cat([phi, phi_next], dim=1))
-        inverse = masked_mean(F.cross_entropy(logits, flat_actions, reduction="none"), mask)
+        inverse = masked_mean(F.cross_entropy(logits, actions, reduction="none"), mask)
         if not self.forward_trains_phi:
             phi, phi_next = phi.detach(), phi_next.detach()
-        forward = masked_mean(self.prediction_error(phi, phi_next, flat_actions), mask)
+        error = self.prediction_error(phi, phi_next, actions)
+        forward = masked_mean(error, mask)
         with torch.no_grad():
-            accuracy = masked_mean((logits.argmax(dim=1) == flat_actions).float(), mask)
+            accuracy = masked_mean((logits.argmax(dim=1) == actions).float(), mask)
         total = (1.0 - self.beta) * inverse + self.beta * forward
-        return {"total": total, "inverse": inverse, "forward": forward, "inverse_accuracy": accuracy}
+        return {"total": total, "inverse": inverse, "forward": forward, "inverse_accuracy": accuracy}, error
 
 
 class RunningStd:

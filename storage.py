@@ -77,6 +77,8 @@ class Batch:
     # The policy's logits [T, N, A] and values [T, N] computed while collecting, with their graph:
     # the loss trains through them. None: the loss runs the rollout through the network again.
     outputs: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+    # A curiosity provider's loss terms on this rollout, with their graph (None: computed in the loss).
+    intrinsic_losses: Optional[dict[str, torch.Tensor]] = None
     next_obs: Optional[torch.Tensor] = None  # [T, N, C, H, W] uint8, obs after step t (for curiosity)
     valid: Optional[torch.Tensor] = None     # [T, N] float, 1 where next_obs[t] is the true next obs
     reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"intrinsic": [T, N]}
@@ -138,6 +140,10 @@ class RolloutStorage:
         """The observation after the last step and its value (the bootstrap of the returns)."""
         self.last_obs.copy_(last_obs)
         self.last_values.copy_(last_values)
+
+    def frames(self) -> torch.Tensor:
+        """``[T+1, N, ...]``: each step's observation, then the one after the last step."""
+        return torch.cat([self.obs, self.last_obs.unsqueeze(0)])
 
     def next_obs(self) -> torch.Tensor:
         """``[T, N, ...]``: the observation that followed each step (after a done: the reset one)."""

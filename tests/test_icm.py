@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 
@@ -322,3 +323,38 @@ def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
     assert [v for v, _ in logged] == pytest.approx([v for v, _ in expected], rel=1e-5)
     # The last step of each episode ends it: its intrinsic reward is 0 (the next frame is a reset).
     assert all((b.reward_parts["intrinsic"][-1] == 0).all() for b in batches)
+
+
+@pytest.mark.parametrize("forward_trains_phi", [True, False])
+def test_one_pass_gives_the_rewards_and_losses_of_the_separate_calls(forward_trains_phi):
+    """``rewards_and_losses`` runs phi once over T+1 frames: the same numbers and gradients as
+    ``rewards`` and ``losses`` on the transitions ``frames[t] -> frames[t+1]``."""
+    torch.manual_seed(0)
+    icm = ICM((4, 42, 42), 3, eta=0.5, forward_trains_phi=forward_trains_phi)
+    frames = torch.randint(0, 256, (4, 2, 4, 42, 42), dtype=torch.uint8)
+    actions = torch.randint(0, 3, (3, 2))
+    valid = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0]])
+    rewards, terms = icm.rewards_and_losses(frames, actions, valid)
+    assert rewards.shape == (3, 2) and not rewards.requires_grad and rewards[1, 0] == 0
+    torch.testing.assert_close(rewards, icm.rewards(frames[:-1], frames[1:], actions, valid), rtol=1e-5, atol=1e-7)
+    reference = icm.losses(frames[:-1], frames[1:], actions, valid)
+    grads = []
+    for total in (terms["total"], reference["total"]):
+        icm.zero_grad()
+        total.backward()
+        grads.append([p.grad.clone() for p in icm.parameters()])
+    for name in ("total", "inverse", "forward", "inverse_accuracy"):
+        torch.testing.assert_close(terms[name], reference[name], rtol=1e-5, atol=1e-7, msg=name)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_agent_trains_through_the_losses_of_the_rollout_pass():
+    torch.manual_seed(0)
+    agent = agent_from_config(small_config(icm=True), (1, 42, 42), 2)
+    batch = agent.make_batch(filled_storage())
+    assert batch.intrinsic_losses is not None and batch.intrinsic_losses["total"].grad_fn is not None
+    kept = agent.loss(batch)
+    again = agent.loss(dataclasses.replace(batch, intrinsic_losses=None))
+    for name in ("total", "icm/inverse", "icm/forward"):
+        torch.testing.assert_close(kept[name], again[name], rtol=1e-5, atol=1e-7, msg=name)
