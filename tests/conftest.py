@@ -44,3 +44,28 @@ def one_line_error(capsys):
         return errors[0]
 
     return run
+
+
+@pytest.fixture
+def make_runner():
+    """``make_runner(config, run_dir, **runner_kwargs)``: a :class:`runner.Runner` on real envs,
+    built as ``main.train`` builds it (seeded from the config); its envs are closed at teardown."""
+    import utils
+    from agent import agent_from_config
+    from envs import make_vec_env
+    from runner import Runner
+
+    made = []
+
+    def build(config, run_dir, **runner_kwargs) -> Runner:
+        utils.seed_everything(config.seed)
+        envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
+                            config.max_episode_frames)
+        made.append(envs)
+        agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+        os.makedirs(run_dir, exist_ok=True)
+        return Runner(agent, envs, config, str(run_dir), **runner_kwargs)
+
+    yield build
+    for envs in made:
+        envs.close()

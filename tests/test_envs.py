@@ -11,9 +11,6 @@ import pytest
 
 from config import Config
 from envs import make_vec_env
-from runner import Runner
-from agent import agent_from_config
-import utils
 
 PATHS = ["dummy", "ale"]
 
@@ -110,16 +107,11 @@ def test_ale_path_same_seed_same_games_other_seed_other_games():
     assert not np.array_equal(a, c)
 
 
-def test_runner_trains_on_the_ale_path(tmp_path):
+def test_runner_trains_on_the_ale_path(make_runner, tmp_path):
     config = Config(num_envs=2, num_updates=30, vec_env="ale", max_episode_frames=200, tensorboard=False,
                     progress=False, seed=5)
-    utils.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                        config.max_episode_frames)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
-    runner = Runner(agent, envs, config, str(tmp_path))
+    runner = make_runner(config, tmp_path)
     state = runner.train()
-    envs.close()
     assert state.step == 30 * config.steps_per_update
     assert state.episodes.count > 0, "200-frame games end within the run and are logged"
     assert all(np.isfinite(h["total"]) for h in runner.history)

@@ -20,24 +20,16 @@ from torch.testing import assert_close
 import utils
 from agent import agent_from_config, load_model
 from config import Config
-from envs import make_vec_env
 from model import ActorCritic, ConvEncoder, NatureEncoder
-from runner import Runner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
-def short_run(tmp_path, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
+def short_run(make_runner, run_dir, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
     config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
                     **overrides)
-    utils.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                        config.max_episode_frames)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
-    tmp_path.mkdir()
-    runner = Runner(agent, envs, config, str(tmp_path), keep_graph=keep_graph)
+    runner = make_runner(config, run_dir, keep_graph=keep_graph)
     runner.train()
-    envs.close()
     return runner.history
 
 
@@ -60,11 +52,11 @@ def test_channels_last_gives_the_same_network_and_outputs(arch, recurrent):
 
 
 @pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
-def test_channels_last_training_gives_the_same_losses(tmp_path, arch, recurrent):
+def test_channels_last_training_gives_the_same_losses(make_runner, tmp_path, arch, recurrent):
     # Rounding differences (sums in another order) grow a little with each RMSprop step, so the
     # run is short: 3 updates agree to 1e-3 relative (the first one to about 1e-6).
-    plain = short_run(tmp_path / "plain", channels_last=False, arch=arch, recurrent=recurrent)
-    fast = short_run(tmp_path / "fast", channels_last=True, arch=arch, recurrent=recurrent)
+    plain = short_run(make_runner, tmp_path / "plain", channels_last=False, arch=arch, recurrent=recurrent)
+    fast = short_run(make_runner, tmp_path / "fast", channels_last=True, arch=arch, recurrent=recurrent)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in fast]), torch.tensor([h[key] for h in plain]),
                      rtol=1e-3, atol=1e-6, msg=key)
@@ -114,13 +106,13 @@ def test_acting_in_inference_mode_matches_no_grad():
     agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
 
 
-def test_keeping_freed_memory_changes_nothing_computed(tmp_path):
+def test_keeping_freed_memory_changes_nothing_computed(make_runner, tmp_path):
     """The malloc setting only changes where activations live: the same run, bit for bit."""
     runs = []
     try:
         for i, keep in enumerate((False, True)):
             utils.keep_freed_memory(keep)
-            runs.append([(h["total"], h["grad_norm"]) for h in short_run(tmp_path / str(i))])
+            runs.append([(h["total"], h["grad_norm"]) for h in short_run(make_runner, tmp_path / str(i))])
     finally:
         utils.keep_freed_memory(False)
     assert runs[0] == runs[1]
@@ -153,11 +145,11 @@ def test_encoder_in_passes_gives_the_same_features_and_gradients():
 
 
 @pytest.mark.usefixtures("cpu_chunk")
-def test_encoder_in_passes_trains_the_same(tmp_path):
+def test_encoder_in_passes_trains_the_same(make_runner, tmp_path):
     ConvEncoder.cpu_chunk = None
-    whole = short_run(tmp_path / "whole")
+    whole = short_run(make_runner, tmp_path / "whole")
     ConvEncoder.cpu_chunk = 3  # 2 envs x 5 steps = 10 frames: passes of 3, 3, 3 and 1
-    split = short_run(tmp_path / "split")
+    split = short_run(make_runner, tmp_path / "split")
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]),
                      rtol=1e-3, atol=1e-6, msg=key)
@@ -172,18 +164,14 @@ def test_frames_are_scaled_in_one_pass_to_the_same_numbers(channels_last):
     assert scaled.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
-def collected_rollout(recurrent: bool, arch: str, tmp_path):
+def collected_rollout(make_runner, recurrent: bool, arch: str, tmp_path):
     """A runner on Pong whose rollout crosses an episode boundary (20-frame games), collected with its graph."""
     config = Config(num_envs=3, seed=5, recurrent=recurrent, arch=arch, hidden_size=32, tensorboard=False,
                     progress=False, max_episode_frames=20)
-    utils.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                        config.max_episode_frames)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
-    runner = Runner(agent, envs, config, str(tmp_path))
+    runner = make_runner(config, tmp_path)
     runner.collect()  # the first rollout starts every episode; the second carries state and crosses a reset
     batch = runner.collect()
-    envs.close()
+    agent = runner.agent
     assert batch.outputs is not None and batch.outputs[0].grad_fn is not None
     assert batch.episode_starts[1:].sum() > 0 and batch.episode_starts[0].sum() < config.num_envs
     if recurrent:
@@ -192,8 +180,8 @@ def collected_rollout(recurrent: bool, arch: str, tmp_path):
 
 
 @pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
-def test_loss_through_the_collected_graph_equals_running_the_rollout_again(tmp_path, arch, recurrent):
-    agent, batch = collected_rollout(recurrent, arch, tmp_path)
+def test_loss_through_the_collected_graph_equals_running_the_rollout_again(make_runner, tmp_path, arch, recurrent):
+    agent, batch = collected_rollout(make_runner, recurrent, arch, tmp_path)
     again = dataclasses.replace(batch, outputs=None)
     results = []
     for b in (batch, again):
@@ -209,9 +197,9 @@ def test_loss_through_the_collected_graph_equals_running_the_rollout_again(tmp_p
 
 
 @pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
-def test_training_through_the_collected_graph_gives_the_same_losses(tmp_path, arch, recurrent):
-    kept = short_run(tmp_path / "kept", arch=arch, recurrent=recurrent)
-    rerun = short_run(tmp_path / "rerun", keep_graph=False, arch=arch, recurrent=recurrent)
+def test_training_through_the_collected_graph_gives_the_same_losses(make_runner, tmp_path, arch, recurrent):
+    kept = short_run(make_runner, tmp_path / "kept", arch=arch, recurrent=recurrent)
+    rerun = short_run(make_runner, tmp_path / "rerun", keep_graph=False, arch=arch, recurrent=recurrent)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in kept]), torch.tensor([h[key] for h in rerun]),
                      rtol=1e-3, atol=1e-6, msg=key)
