@@ -102,6 +102,11 @@ def test_acting_in_inference_mode_matches_no_grad():
     assert torch.equal(actions, ref_actions)
     assert torch.equal(values, ref_values)
     assert all(torch.equal(a, b) for a, b in zip(next_state, ref_state))
+    # Collecting with the graph samples the same actions from the same random stream.
+    torch.manual_seed(7)
+    graph_actions, graph_logits, graph_values, _ = agent.act_with_graph(obs, state, starts)
+    assert torch.equal(graph_actions, actions) and torch.equal(graph_values.detach(), values)
+    assert graph_logits.grad_fn is not None and torch.equal(graph_logits.detach(), logits)
     # The state it returns starts the next rollout, which is trained through: it must be usable with autograd.
     agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
 
