@@ -106,13 +106,13 @@ class A2CAgent:
         """
         if self.intrinsic is None:
             return storage.batch(self.gamma, self.gae_lambda)
-        next_obs, valid = storage.next_obs(), 1.0 - storage.dones
-        intrinsic, losses = self.intrinsic.rewards_and_losses(storage.frames(), storage.actions, valid)
+        frames, valid = storage.frames(), 1.0 - storage.dones
+        intrinsic, losses = self.intrinsic.rewards_and_losses(frames, storage.actions, valid)
         if self.intrinsic_std is not None:
             self.intrinsic_std.update(intrinsic[valid > 0])
             intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
         rewards = self.extrinsic_coeff * storage.rewards + intrinsic
-        return storage.batch(self.gamma, self.gae_lambda, rewards=rewards, next_obs=next_obs, valid=valid,
+        return storage.batch(self.gamma, self.gae_lambda, rewards=rewards, next_obs=frames[1:], valid=valid,
                              reward_parts={"intrinsic": intrinsic}, intrinsic_losses=losses)
 
     def set_lr(self, lr: float) -> None:

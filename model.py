@@ -31,8 +31,8 @@ class ConvEncoder(nn.Module):
     out_features = num_filters * grid * grid  # 288
     # Frames per pass on the CPU (None: the whole batch at once). The first feature maps are
     # 225 KB a frame; in passes of 16 frames they stay nearer the core's cache, and a forward and
-    # backward pass over 80 frames (a rollout through the curiosity encoder, say) runs about twice
-    # as fast as in one pass (bench/encoder_batch.py). On a GPU the whole batch goes at once.
+    # backward pass over 80 frames (a rollout through the curiosity encoder, say) runs 1.75x as
+    # fast as in one pass (bench/encoder_batch.py). On a GPU the whole batch goes at once.
     cpu_chunk: int | None = 16
 
     def __init__(self, in_channels: int, channels_last: bool = False) -> None:

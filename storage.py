@@ -147,7 +147,7 @@ class RolloutStorage:
 
     def next_obs(self) -> torch.Tensor:
         """``[T, N, ...]``: the observation that followed each step (after a done: the reset one)."""
-        return torch.cat([self.obs[1:], self.last_obs.unsqueeze(0)])
+        return self.frames()[1:]
 
     def batch(self, gamma: float, gae_lambda: float, rewards: Optional[torch.Tensor] = None, **extra) -> Batch:
         """Returns and advantages of the rollout, from ``rewards`` (default: the env rewards) plus
