@@ -209,7 +209,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                       device: torch.device | str = "cpu") -> A2CAgent:
     """A fresh agent with the network and optimizer that ``config`` describes."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
-                        arch=config.arch, channels_last=config.channels_last).to(device)
+                        arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,
                     channels_last=config.channels_last,
@@ -221,10 +221,11 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                     normalize_intrinsic=config.icm_normalize)
 
 
-def load_model(path: str, device: torch.device | str = "cpu") -> ActorCritic:
-    """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last)."""
+def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False) -> ActorCritic:
+    """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last);
+    ``bf16`` runs its encoder in bfloat16 (see ``ActorCritic``)."""
     data = load_checkpoint(path)
-    model = ActorCritic(**data["model_spec"])
+    model = ActorCritic(**data["model_spec"], bf16=bf16)
     try:
         model.load_state_dict(data["model"])
     except RuntimeError:

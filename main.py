@@ -77,6 +77,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
     switch("--channels-last", "channels_last")
+    switch("--bf16", "bf16")
     flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")
@@ -247,7 +248,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from envs import check_env_id, make_vec_env
     from evaluate import PeriodicEvaluator
     from runner import Runner, TrainingState, save_settings
-    from utils import UsageError, seed_everything, set_rng_state
+    from utils import UsageError, has_fast_bf16, seed_everything, set_rng_state
 
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
@@ -257,6 +258,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         check_env_id(config.env_name)
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads)
+    if config.bf16 and not has_fast_bf16(device):
+        print(f"warning: this {device.type.upper()} has no bfloat16 arithmetic; --bf16 will be slower, "
+              f"not faster", file=sys.stderr)
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
@@ -338,7 +342,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
             raise UsageError(f"checkpoint {load} has {checkpoint['model_spec']['num_actions']} actions (the action set "
                              f"it was trained on); {env_name} with --full-action-space has {num_actions}")
         check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, num_actions, env_name)
-        model = load_model(load, device)
+        model = load_model(load, device, bf16=settings.bf16)  # the run's precision, unless --(no-)bf16 is typed
         result = evaluate(model, envs, episodes, deterministic)
     finally:
         envs.close()

@@ -111,16 +111,23 @@ class ActorCritic(nn.Module):
     ``channels_last`` stores the conv weights and activations in NHWC order: the same function,
     computed faster by oneDNN on the CPU (the sums run in another order, so results agree to
     float rounding, not bit for bit).
+
+    ``bf16`` runs the encoder under bfloat16 autocast: its convolutions and linear layers compute
+    in bfloat16 (8 bits of mantissa) and hand float32 features on. The weights, the LSTM, the
+    heads, the losses and the optimizer stay float32. This changes the arithmetic, unlike
+    channels-last. Neither setting is part of ``spec``: a checkpoint holds float32 weights either way.
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
-                 hidden_size: int = 256, arch: str = "universe", channels_last: bool = False) -> None:
+                 hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
+                 bf16: bool = False) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch}
         self.recurrent = recurrent
         self.hidden_size = hidden_size
+        self.bf16 = bf16
         self.encoder = build_encoder(obs_shape, arch, channels_last)
         features = self.encoder.out_features
         if recurrent:
@@ -152,6 +159,13 @@ class ActorCritic(nn.Module):
         zeros = torch.zeros(num_envs, self.hidden_size, device=device)
         return (zeros, zeros.clone())
 
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Float32 features ``[N, F]`` of the observations ``[N, ...]``: the encoder, in bfloat16 with ``bf16``."""
+        if not self.bf16:
+            return self.encoder(obs)
+        with torch.autocast(obs.device.type, dtype=torch.bfloat16):
+            return self.encoder(obs).float()
+
     def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
         """One recurrent step. Envs whose observation starts an episode begin from a zero state."""
         if not self.recurrent:
@@ -162,7 +176,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
-        out, state = self._core(self.encoder(obs), state, episode_starts)
+        out, state = self._core(self.encode(obs), state, episode_starts)
         return self.actor(out), self.critic(out).squeeze(-1), state
 
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
@@ -177,7 +191,7 @@ class ActorCritic(nn.Module):
         Returns logits ``[T, N, A]``, values ``[T, N]`` and the state after the last step.
         """
         T, N = obs.shape[:2]
-        features = self.encoder(obs.reshape(T * N, *obs.shape[2:])).view(T, N, -1)
+        features = self.encode(obs.reshape(T * N, *obs.shape[2:])).view(T, N, -1)
         if self.recurrent:
             outputs = []
             for t in range(T):

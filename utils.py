@@ -202,3 +202,12 @@ def resident_memory_mib() -> float:
     except (OSError, IndexError, ValueError):
         return float("nan")
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def has_fast_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 in hardware: a GPU that supports it, or a CPU with
+    AVX-512 BF16 or AMX. Elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)

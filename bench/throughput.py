@@ -10,6 +10,8 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   (default ``ale``, ale-py's C++ vector env);
 * ``ours feed-forward (nature)``: the fast configuration, ``arch="nature", recurrent=False``,
   otherwise the same;
+* with ``--bf16``, each of ours again with its encoder in bfloat16 (``Config.bf16``), named
+  ``... bf16``: a setting that changes the arithmetic, so it is measured beside, not instead;
 * ``sb3``: stable-baselines3's A2C with the RL Zoo's Atari settings (``CnnPolicy``) on SB3's own
   env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``);
 * with ``--ablation``, the recurrent default with one optimization removed at a time, to show
@@ -39,7 +41,7 @@ after one untimed warm-up round (``--warmup-steps``), and the median of each is 
 shared, noisy machine hits all of them alike. Absolute numbers move from run to run; the ratios
 measured within one run are what to compare. Printed after the table: each of ours over SB3
 (``ratio (ours recurrent / sb3): 1.23x``), whether the targets are met (recurrent >= 1.3x and
-feed-forward >= 2x SB3's env steps/s), and with ``--ablation`` the speed-up of the recurrent
+feed-forward >= 2x SB3's env steps/s, the bf16 feed-forward row held to the same 2x), and with ``--ablation`` the speed-up of the recurrent
 default over each ablation row.
 
 Memory: the table gives the peak RSS of each trainer's process (the largest over its runs;
@@ -48,6 +50,7 @@ largest of all and what subproc env workers held, if any.
 
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
+    python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --cuda --num-envs 64             # on a GPU: networks there, envs on the CPU
 """
@@ -79,7 +82,9 @@ from runner import Runner  # noqa: E402
 from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
+BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
+OPTIONAL_TARGETS = {OURS_FEEDFORWARD + BF16: ("feed-forward bf16", 2.0)}  # judged only when measured
 
 # The optimizations of the recurrent default, each as the train_ours arguments that take it away (--ablation).
 OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
@@ -101,14 +106,15 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
-               device: str = "cpu") -> tuple[int, float]:
+               bf16: bool = Config.bf16, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
     agent_from_config -> Runner), on the CPU, without TensorBoard or progress bar, into a
     throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it;
     ``encoder_passes=False`` has the universe encoder take every batch in one pass;
-    ``keep_graph=False`` collects without gradients and runs the rollout again in the update.
+    ``keep_graph=False`` collects without gradients and runs the rollout again in the update;
+    ``bf16=True`` runs the encoder in bfloat16.
     """
     if keep_freed:
         keep_freed_memory()
@@ -116,7 +122,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
         ConvEncoder.cpu_chunk = None  # this process runs only this trial
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
-                        channels_last=channels_last, seed=seed,
+                        channels_last=channels_last, bf16=bf16, seed=seed,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
@@ -176,16 +182,19 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
     return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
-                keep_freed=True, encoder_passes=True, keep_graph=True)
+                keep_freed=True, encoder_passes=True, keep_graph=True, bf16=Config.bf16)
 
 
-def ours_setups(ours: str, vec_env: str) -> dict[str, dict[str, Any]]:
-    """Trainer name -> ``train_ours`` keyword arguments; ``ours`` is ``both``, ``recurrent`` or ``feedforward``."""
+def ours_setups(ours: str, vec_env: str, bf16: bool = False) -> dict[str, dict[str, Any]]:
+    """Trainer name -> ``train_ours`` keyword arguments; ``ours`` is ``both``, ``recurrent`` or ``feedforward``;
+    ``bf16`` adds a bfloat16 twin of each."""
     setups: dict[str, dict[str, Any]] = {}
     if ours in ("both", "recurrent"):
         setups[OURS_RECURRENT] = default_setup(vec_env)
     if ours in ("both", "feedforward"):
         setups[OURS_FEEDFORWARD] = {**default_setup(vec_env), "arch": "nature", "recurrent": False}
+    if bf16:
+        setups.update({name + BF16: {**setup, "bf16": True} for name, setup in list(setups.items())})
     return setups
 
 
@@ -295,6 +304,11 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
                 verdicts.append(f"{label} >= {target:g}x: {'yes' if ratio >= target else 'no'}")
             else:
                 verdicts.append(f"{label} >= {target:g}x: not measured")
+        for name, (label, target) in OPTIONAL_TARGETS.items():
+            if name in results:
+                ratio = results[name].median_rate / results[SB3].median_rate
+                lines.append(f"ratio ({name} / {SB3}): {ratio:.2f}x")
+                verdicts.append(f"{label} >= {target:g}x: {'yes' if ratio >= target else 'no'}")
         lines.append("targets: " + ", ".join(verdicts))
     if ablations and OURS_RECURRENT in results:
         lines.append(f"what each optimization bought (speed-up of {OURS_RECURRENT} over the row):")
@@ -387,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-recurrent", dest="ours", action="store_const", const="feedforward",
                    default=argparse.SUPPRESS, help="shorthand for --ours feedforward")
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
+    p.add_argument("--bf16", action="store_true",
+                   help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic)")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
                         "channels-last, default malloc, rollout run again) and without all of them")
@@ -439,7 +455,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     def ours(setup: dict[str, Any]) -> Trainer:
         return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device, **setup)
 
-    trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env).items()}
+    trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env, args.bf16).items()}
     if not args.no_sb3:
         trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
                                         seed=args.seed, device=device)

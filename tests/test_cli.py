@@ -236,3 +236,32 @@ def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path)
     played = run_cli("--eval", "--load", str(run_dir / "a2c_best_loss"), "--episodes", "2", "--max-episode-frames", "120")
     assert played.returncode == 0, played.stderr
     assert "episodes: 2" in played.stdout
+
+
+@pytest.mark.parametrize("hardware_bf16", [False, True])
+def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkeypatch, capsys, hardware_bf16):
+    import utils
+
+    monkeypatch.setattr(utils, "has_fast_bf16", lambda device: hardware_bf16)
+    args = [*SMALL, "--eval-interval", "0", "--num-updates", "1", "--no-tensorboard", "--threads", "1"]
+    assert cli.main([*args, "--arch", "nature", "--no-recurrent", "--bf16", "--log-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    warned = "warning: this CPU has no bfloat16 arithmetic; --bf16 will be slower, not faster" in err
+    assert warned != hardware_bf16
+    (name,) = os.listdir(tmp_path)
+    saved = torch.load(tmp_path / name / "a2c_last", weights_only=True)
+    assert saved["config"]["bf16"] and all(w.dtype == torch.float32 for w in saved["model"].values()
+                                           if w.is_floating_point())
+
+
+def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
+    import evaluate
+
+    played = []
+    real = evaluate.evaluate
+    monkeypatch.setattr(evaluate, "evaluate", lambda model, *a, **k: played.append(model.bf16) or real(model, *a, **k))
+    checkpoint = os.path.join(trained_run, "a2c_last")
+    for flags in ([], ["--bf16"], ["--no-bf16"]):
+        assert cli.main(["--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
+                         "--no-cuda", *flags]) == 0
+    assert played == [False, True, False]  # the run trained in float32; --bf16 asks for bfloat16

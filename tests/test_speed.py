@@ -7,11 +7,14 @@
   gradients as running the rollout through the network again;
 * the universe encoder taking a large batch in passes of a few frames on the CPU: the same
   features, gradients and training losses (to float rounding);
-* malloc keeping freed memory: the same run bit for bit.
+* malloc keeping freed memory: the same run bit for bit;
+* the bfloat16 encoder (``--bf16``), which does change the arithmetic: where it applies, that
+  weights, gradients and checkpoints stay float32, and how near float32 its results stay.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -208,3 +211,87 @@ def test_training_through_the_collected_graph_gives_the_same_losses(make_runner,
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in kept]), torch.tensor([h[key] for h in rerun]),
                      rtol=1e-3, atol=1e-6, msg=key)
+
+
+# ------------------------------------------------------------------------------------------------
+# bfloat16 encoder (--bf16): another arithmetic, so the tests pin where it applies and how far
+# its results stay from float32, not that they are equal.
+# ------------------------------------------------------------------------------------------------
+def twin_models(arch: str, recurrent: bool) -> tuple[ActorCritic, ActorCritic]:
+    """A float32 model and a bf16 one with the same weights."""
+    torch.manual_seed(0)
+    plain = ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True)
+    fast = ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True, bf16=True)
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_bf16_computes_the_encoder_in_bfloat16_and_the_rest_in_float32(arch, recurrent):
+    _, fast = twin_models(arch, recurrent)
+    dtypes: dict[str, torch.dtype] = {}
+
+    def record(name: str, module: torch.nn.Module, output: bool) -> None:
+        def hook(_module, inputs, out) -> None:
+            dtypes.setdefault(name, out.dtype if output else inputs[0].dtype)
+        module.register_forward_hook(hook)
+
+    record("conv out", next(m for m in fast.encoder.modules() if isinstance(m, torch.nn.Conv2d)), output=True)
+    record("actor in", fast.actor, output=False)
+    record("critic out", fast.critic, output=True)
+    if recurrent:
+        record("lstm in", fast.lstm, output=False)
+    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    logits, values, state = fast.forward_sequence(obs, fast.initial_state(3), torch.zeros(2, 3))
+    assert dtypes.pop("conv out") == torch.bfloat16
+    assert set(dtypes.values()) == {torch.float32}
+    assert logits.dtype == values.dtype == torch.float32 and all(s.dtype == torch.float32 for s in state)
+    (logits.logsumexp(-1).sum() + values.sum()).backward()
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+               for p in fast.parameters())
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_bf16_outputs_and_gradients_stay_near_float32(arch, recurrent):
+    # bfloat16 keeps 8 bits of mantissa (about 2-3 significant digits): the features move by
+    # about 1%, the outputs and the gradient's direction far less than a training step does.
+    plain, fast = twin_models(arch, recurrent)
+    torch.manual_seed(1)
+    obs = torch.randint(0, 256, (5, 4, 4, 84, 84), dtype=torch.uint8)
+    starts = torch.zeros(5, 4)
+    outputs, grads = [], []
+    for model in (plain, fast):
+        logits, values, _ = model.forward_sequence(obs, model.initial_state(4), starts)
+        loss = -(logits.log_softmax(-1)[..., 0].mean()) + values.pow(2).mean()
+        loss.backward()
+        outputs.append((logits, values))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    features = [model.encode(obs[0]) for model in (plain, fast)]
+    assert not torch.equal(*features)  # it does compute differently
+    assert_close(features[1], features[0], rtol=0.05, atol=0.02)
+    assert_close(outputs[1][0], outputs[0][0], rtol=0.02, atol=2e-3)  # logits: small at initialization
+    assert_close(outputs[1][1], outputs[0][1], rtol=0.05, atol=0.02)
+    assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+
+
+def test_bf16_training_stays_near_float32_and_saves_float32_weights(make_runner, tmp_path):
+    plain = short_run(make_runner, tmp_path / "plain", arch="nature", recurrent=False)
+    config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
+                    arch="nature", recurrent=False, bf16=True)
+    runner = make_runner(config, tmp_path / "fast")
+    assert runner.agent.model.bf16
+    runner.train()
+    fast = runner.history
+    # The first update sees the same weights and the same rollout, so only the arithmetic differs.
+    # (The policy loss is a mean of terms that nearly cancel, so its error is absolute, not relative.
+    # Later updates start from weights that have moved apart, and a run's losses diverge, as
+    # any two runs' do.)
+    first, reference = fast[0], plain[0]
+    assert first["policy"] != reference["policy"]
+    assert abs(first["policy"] - reference["policy"]) < 5e-3
+    for key, rtol in (("value", 0.02), ("entropy", 1e-3), ("grad_norm", 0.05)):
+        assert first[key] == pytest.approx(reference[key], rel=rtol), key
+    assert all(math.isfinite(h[key]) for h in fast for key in ("total", "grad_norm"))
+    saved = load_model(str(tmp_path / "fast" / "a2c_last"), bf16=True)
+    assert saved.bf16 and all(p.dtype == torch.float32 for p in saved.parameters())
+    assert not load_model(str(tmp_path / "fast" / "a2c_last")).bf16  # float32 unless asked
