@@ -259,8 +259,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads)
     if config.bf16 and not has_fast_bf16(device):
-        print(f"warning: this {device.type.upper()} has no bfloat16 arithmetic; --bf16 will be slower, "
-              f"not faster", file=sys.stderr)
+        print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
+              f"be slower, not faster", file=sys.stderr)
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
