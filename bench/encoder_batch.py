@@ -9,9 +9,9 @@ encoder (channels-last, as trained) over one rollout for several pass sizes, in 
 ``model.ConvEncoder.cpu_chunk`` is the size chosen from it. The Nature CNN is timed alongside
 for contrast (its first maps are 20x20, and it is not split).
 
-With ``--bf16``, each encoder is timed instead in float32 and under bfloat16 autocast (as
-``--bf16`` trains it: the frames of one update in the passes the encoder takes them in, five
-passes of 16 for the universe encoder, one of 80 for the Nature CNN), with the speed-up.
+With ``--bf16``, each encoder is timed instead in float32 and under bfloat16 autocast, as
+training runs it: the rollout is collected with gradients, one pass per step over the frames of
+16 envs, and the update's backward pass goes through those passes (``--step-frames``).
 
     python bench/encoder_batch.py
     python bench/encoder_batch.py --frames 160 --threads 1
@@ -33,7 +33,6 @@ import torch  # noqa: E402
 
 from model import ConvEncoder, NatureEncoder  # noqa: E402
 
-TRAINING_PASSES = {"universe": ConvEncoder.cpu_chunk, "nature": None}  # frames per pass as training runs them
 
 
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
@@ -51,19 +50,19 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
     return (time.perf_counter() - tic) / iterations * 1000
 
 
-def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, repeats: int, iterations: int) -> None:
-    """Each encoder in float32 and in bfloat16, in the passes training uses, alternating; medians."""
-    chunks = TRAINING_PASSES
+def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, step_frames: int, repeats: int,
+                 iterations: int) -> None:
+    """Each encoder in float32 and in bfloat16, in passes of ``step_frames``, alternating; medians."""
     for name, encoder in encoders.items():
         for bf16 in (False, True):  # warm-up
-            time_pass(encoder, frames, chunks[name], 1, bf16)
+            time_pass(encoder, frames, step_frames, 1, bf16)
         times: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(repeats):
             for bf16 in (False, True):
-                times[bf16].append(time_pass(encoder, frames, chunks[name], iterations, bf16))
+                times[bf16].append(time_pass(encoder, frames, step_frames, iterations, bf16))
         plain, fast = statistics.median(times[False]), statistics.median(times[True])
-        passes = "one pass" if chunks[name] is None else f"passes of {chunks[name]}"
-        print(f"{name:<9} {passes:<13} float32 {plain:6.1f} ms  bfloat16 {fast:6.1f} ms  {plain / fast:5.2f}x")
+        print(f"{name:<9} passes of {step_frames:<4} float32 {plain:6.1f} ms  bfloat16 {fast:6.1f} ms  "
+              f"{plain / fast:5.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=5, help="passes timed in each round")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--bf16", action="store_true", help="time float32 against bfloat16 autocast instead")
+    p.add_argument("--step-frames", type=int, default=16, help="with --bf16: frames per pass (envs per step)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for encoder in encoders.values():
         encoder.to(memory_format=torch.channels_last)
     if args.bf16:
-        compare_bf16(encoders, frames, args.repeats, args.iterations)
+        compare_bf16(encoders, frames, args.step_frames, args.repeats, args.iterations)
         return 0
     for name, encoder in encoders.items():
         sizes: list[int | None] = [None] + [c for c in args.chunks if c < args.frames]
