@@ -80,7 +80,7 @@ class Config:
     """Conv weights and activations in channels-last (NHWC) memory order: the same network, faster on the CPU."""
     bf16: bool = False
     """Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses and optimizer stay
-    float32. The Nature CNN trains about 1.2x as fast on a CPU with AVX-512 BF16; changes the arithmetic."""
+    float32. Training runs 1.1-1.2x as fast on a CPU with AVX-512 BF16; changes the arithmetic."""
     threads: int = 0
     """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
 
