@@ -36,6 +36,18 @@ def test_the_two_configurations_of_ours():
     assert list(bench.ours_setups("feedforward", "ale")) == [OURS_FEEDFORWARD]
 
 
+def test_bf16_adds_a_bfloat16_twin_of_each_of_ours_judged_by_the_same_target():
+    setups = bench.ours_setups("both", "ale", bf16=True)
+    assert list(setups) == [OURS_RECURRENT, OURS_FEEDFORWARD, OURS_RECURRENT + " bf16", OURS_FEEDFORWARD + " bf16"]
+    for name in (OURS_RECURRENT, OURS_FEEDFORWARD):
+        assert not setups[name]["bf16"] and setups[name + " bf16"] == {**setups[name], "bf16": True}
+    results = {t.name: t for t in (trials(OURS_FEEDFORWARD, 150), trials(OURS_FEEDFORWARD + " bf16", 210),
+                                   trials(SB3, 100))}
+    lines = bench.summary_lines(results, [])
+    assert "ratio (ours feed-forward (nature) bf16 / sb3): 2.10x" in lines
+    assert lines[-1] == "targets: recurrent >= 1.3x: not measured, feed-forward >= 2x: no, feed-forward bf16 >= 2x: yes"
+
+
 def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
     results = {t.name: t for t in (trials(OURS_RECURRENT, 130), trials(OURS_FEEDFORWARD, 190), trials(SB3, 100),
                                    trials("recurrent, dummy envs", 65))}
