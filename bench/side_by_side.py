@@ -60,18 +60,19 @@ def start_run(name: str, flags: list[str], args: argparse.Namespace) -> subproce
     return subprocess.Popen(run_command(name, flags, args), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
-def run_dir_of(path: str, log_dir: str) -> str:
-    root = os.path.join(log_dir, path)
-    (name,) = os.listdir(root)  # one run per path in a fresh log dir
-    return os.path.join(root, name)
+def run_dir_of(name: str, log_dir: str) -> str:
+    root = os.path.join(log_dir, name)
+    (run,) = os.listdir(root)  # one run per variant in a fresh log dir
+    return os.path.join(root, run)
 
 
 def mean_last(returns: np.ndarray, count: int = 100) -> float:
     return float(returns[-count:].mean()) if len(returns) else float("nan")
 
 
-def summarize(run_dir: str, common_step: int, settle_minutes: float, minutes: float) -> dict[str, float]:
-    scalars = load_scalars(run_dir)
+def summarize(scalars: dict[str, tuple[np.ndarray, np.ndarray]], common_step: int, settle_minutes: float,
+              minutes: float) -> dict[str, float]:
+    """One run's row, from its TensorBoard scalars (``plots.load_scalars``)."""
     steps, returns = scalars["episode/return"]
     rss_steps, rss = scalars["train/resident_memory_mib"]
     last_step = int(scalars["loss/total"][0][-1])
@@ -120,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: a run failed: exit codes {codes}; see {args.log_dir}/*.log", file=sys.stderr)
         return 1
 
-    dirs = {name: run_dir_of(name, args.log_dir) for name in variants}
-    common = min(int(load_scalars(d)["loss/total"][0][-1]) for d in dirs.values())
-    rows = {name: summarize(d, common, args.settle_minutes, args.minutes) for name, d in dirs.items()}
+    scalars = {name: load_scalars(run_dir_of(name, args.log_dir)) for name in variants}
+    common = min(int(tags["loss/total"][0][-1]) for tags in scalars.values())
+    rows = {name: summarize(tags, common, args.settle_minutes, args.minutes) for name, tags in scalars.items()}
     width = max(len("run"), *map(len, rows))
     print(f"\n{'run':<{width}} {'env steps':>10} {'games':>6} {'return (last 100)':>18} "
           f"{'at ' + format(common, ',') + ' steps':>20} {'RSS settled':>12} {'RSS end':>9} {'growth':>7}")
@@ -132,12 +133,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rss_growth']:>6.1f}%")
     marks = [common * k // 4 for k in (1, 2, 3, 4)]
     print("\nmean return of the last 100 games at " + ", ".join(f"{m:,}" for m in marks) + " env steps:")
-    for name, d in dirs.items():
-        steps, returns = load_scalars(d)["episode/return"]
+    for name, tags in scalars.items():
+        steps, returns = tags["episode/return"]
         print(f"{name:<{width}} " + "  ".join(f"{mean_last(returns[steps <= m]):8.2f}" for m in marks))
     first, second = rows
     print(f"steps/s ratio ({second} / {first}): {rows[second]['steps'] / rows[first]['steps']:.2f}x")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
