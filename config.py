@@ -18,9 +18,9 @@ class Config:
     """Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions."""
     n_stack: int = 4
     """Consecutive frames stacked into one observation."""
-    vec_env: str = "dummy"
-    """dummy: SB3's Atari wrappers, all envs in this process; subproc: the same, one process per env;
-    ale: ale-py's C++ vector env (same preprocessing, stepped in C++ threads; faster)."""
+    vec_env: str = "ale"
+    """ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped in C++ threads;
+    faster); dummy: SB3's Atari wrappers, all envs in this process; subproc: the same, one process per env."""
     max_episode_frames: Optional[int] = None
     """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
     seed: int = 42

@@ -1,9 +1,8 @@
-"""Atari vector environments: stable-baselines3's Atari wrappers, frame-stacked, channel-first, uint8.
+"""Atari vector environments, frame-stacked, channel-first, uint8: ale-py's C++ vector env (the
+default, ``vec_env="ale"``: see ``ale_vec_env.py``) or stable-baselines3's Atari wrappers, with the
+same preprocessing.
 
-(``vec_env="ale"`` selects ale-py's C++ vector env instead, with the same preprocessing: see
-``ale_vec_env.py``.)
-
-Wrapper order per env, from the emulator out::
+SB3's wrapper order per env, from the emulator out::
 
     gym.make(id) -> Monitor -> AtariWrapper (no-op starts, frame skip 4 with max-pool, life loss ends
     the learning episode, fire on reset, 84x84 grayscale, reward clipping)
@@ -82,13 +81,13 @@ def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
     return gym.make(env_name, **kwargs)
 
 
-def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "dummy",
+def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "ale",
                  max_episode_frames: int | None = None) -> VecEnv:
     """`num_envs` copies of an Atari game: observations ``[num_envs, n_stack, 84, 84]`` uint8.
 
     Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
     (a time-limit truncation, reported with ``info["TimeLimit.truncated"]``). ``vec_env`` is
-    ``dummy`` or ``subproc`` for SB3's wrappers, or ``ale`` for the faster C++ vector env.
+    ``ale`` for the C++ vector env (the default, faster), or ``dummy`` or ``subproc`` for SB3's wrappers.
     """
     check_env_id(env_name)
     if vec_env == "ale":

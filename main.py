@@ -64,7 +64,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--env-name", field="env_name", metavar="ID")
     flag("--num-envs", field="num_envs", type=positive_int, metavar="N")
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
-    flag("--vec-env", field="vec_env", choices=["dummy", "subproc", "ale"])
+    flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
     flag("--seed", field="seed", type=int)
     flag("--arch", field="arch", choices=list(ARCHS))

@@ -14,12 +14,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs import make_vec_env  # noqa: E402
+from envs import VEC_ENV_CHOICES, make_vec_env  # noqa: E402
 
 
-def random_episodes(env_name: str, episodes: int, num_envs: int, seed: int) -> tuple[list[float], list[int]]:
+def random_episodes(env_name: str, episodes: int, num_envs: int, seed: int,
+                    vec_env: str = "ale") -> tuple[list[float], list[int]]:
     """Scores and lengths (emulator frames) of ``episodes`` full games played with uniform random actions."""
-    envs = make_vec_env(env_name, num_envs, seed=seed)
+    envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env)
     rng = np.random.default_rng(seed)
     envs.reset()
     scores: list[float] = []
@@ -43,9 +44,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vec-env", choices=VEC_ENV_CHOICES, default="ale",
+                        help="env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)")
     args = parser.parse_args()
-    scores, lengths = random_episodes(args.env_name, args.episodes, args.num_envs, args.seed)
-    print(f"{args.env_name}, random agent, {len(scores)} episodes")
+    scores, lengths = random_episodes(args.env_name, args.episodes, args.num_envs, args.seed, args.vec_env)
+    print(f"{args.env_name}, random agent, --vec-env {args.vec_env}, {len(scores)} episodes")
     print(f"score:  mean {np.mean(scores):.2f}  std {np.std(scores):.2f}  min {min(scores):g}  max {max(scores):g}")
     print(f"length (emulator frames): mean {np.mean(lengths):.0f}  std {np.std(lengths):.0f}")
 

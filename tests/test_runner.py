@@ -178,7 +178,7 @@ def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
 
 
 def test_v5_ids_skip_frames_once():
-    envs = make_vec_env("ALE/Pong-v5", 1, 4, seed=0)
+    envs = make_vec_env("ALE/Pong-v5", 1, 4, seed=0, vec_env="dummy")
     assert envs.observation_space.shape == (4, 84, 84)
     assert envs.venv.venv.envs[0].unwrapped._frameskip == 1  # the Atari wrapper does the skipping
     obs = envs.reset()
