@@ -254,20 +254,19 @@ def ours_environment(openmp_spin: bool = True) -> dict[str, Optional[str]]:
 @contextlib.contextmanager
 def environment(variables: dict[str, Optional[str]]) -> Iterator[None]:
     """Set (or, for None, unset) environment variables for the processes started inside; restore them after."""
-    saved = {name: os.environ.get(name) for name in variables}
-    try:
-        for name, value in variables.items():
+    def put(settings: dict[str, Optional[str]]) -> None:
+        for name, value in settings.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+    saved = {name: os.environ.get(name) for name in variables}
+    put(variables)
+    try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        put(saved)
 
 
 def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any],
