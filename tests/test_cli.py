@@ -47,6 +47,25 @@ def test_the_command_line_sets_openmp_s_spin_before_torch_is_loaded():
     cli.set_openmp_env(environ)
     assert environ == {"GOMP_SPINCOUNT": "7"}
 
+
+def test_openmp_s_spin_changes_no_number_a_run_computes(tmp_path):
+    # The same short run with GNU OpenMP's own spin (300,000 rounds) and with main.py's setting.
+    runs = {}
+    for name, spin in (("libgomp default", "300000"), ("main.py's", None)):
+        env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+        if spin is not None:
+            env["GOMP_SPINCOUNT"] = spin
+        log_dir = tmp_path / name.replace(" ", "_").replace("'", "")
+        result = subprocess.run([sys.executable, "main.py", *SMALL, "--num-updates", "4", "--threads", "2",
+                                 "--log-dir", str(log_dir)], cwd=REPO, capture_output=True, text=True,
+                                timeout=240, env=env)
+        assert result.returncode == 0, result.stderr
+        (run_dir,) = [os.path.join(log_dir, d) for d in os.listdir(log_dir)]
+        runs[name] = {tag: values for tag, values in scalars(run_dir).items()
+                      if tag.startswith("loss/") or tag == "train/grad_norm"}
+    assert runs["libgomp default"] and runs["libgomp default"] == runs["main.py's"]
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> str:
     log_dir = tmp_path_factory.mktemp("runs")
