@@ -1,0 +1,99 @@
+"""How long GNU OpenMP's idle threads spin, and what it costs the env step that follows torch's work.
+
+After each of torch's parallel ops its idle OpenMP thread spins for ``GOMP_SPINCOUNT`` rounds
+before it sleeps. When the network's last op of a step is done, the emulators are stepped next,
+on the same cores. This script acts as training does, one step at a time: the feed-forward
+Nature network's forward pass over the frames of 16 envs (torch with 2 threads), then one step
+of 16 games in ale-py's C++ vector env, and times the env step's two halves: ``send`` (handing
+the actions to the env's threads) and ``recv`` (waiting for the frames). Each setting runs in a
+fresh process of its own, since libgomp reads the variable once when torch loads it; the
+settings take turns for ``--repeats`` rounds and the median of each is printed.
+
+``default`` leaves the variable unset (libgomp's own 300,000 rounds); ``main.py`` sets 30000.
+
+    python bench/openmp_spin.py
+    python bench/openmp_spin.py --spins default 30000 3000 0 --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPIN = "GOMP_SPINCOUNT"
+
+
+def measure(steps: int, num_envs: int, threads: int) -> tuple[float, float]:
+    """Median milliseconds of ``send`` and of ``recv`` over ``steps`` steps, each after a forward pass."""
+    sys.path.insert(0, ROOT)
+    import numpy as np
+    import torch
+
+    from envs import make_vec_env
+    from model import ActorCritic
+
+    torch.set_num_threads(threads)
+    envs = make_vec_env("PongNoFrameskip-v4", num_envs, seed=0, vec_env="ale")
+    model = ActorCritic(envs.observation_space.shape, int(envs.action_space.n), recurrent=False, arch="nature",
+                        channels_last=True)
+    obs = envs.reset()
+    sends, recvs = [], []
+    for _ in range(steps):
+        with torch.inference_mode():
+            logits, _, _ = model(torch.from_numpy(obs), (), torch.zeros(num_envs))
+            actions = torch.distributions.Categorical(logits=logits).sample().numpy()
+        tic = time.perf_counter()
+        envs.step_async(actions)
+        sent = time.perf_counter()
+        obs, _, _, _ = envs.step_wait()
+        sends.append(sent - tic)
+        recvs.append(time.perf_counter() - sent)
+    envs.close()
+    skip = steps // 10  # the first steps warm up
+    return statistics.median(sends[skip:]) * 1e3, statistics.median(recvs[skip:]) * 1e3
+
+
+def run_setting(spin: str, args: argparse.Namespace) -> tuple[float, float]:
+    """:func:`measure` in a fresh process started with ``GOMP_SPINCOUNT=spin`` (``default``: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != SPIN}
+    if spin != "default":
+        env[SPIN] = spin
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--steps", str(args.steps),
+                          "--num-envs", str(args.num_envs), "--threads", str(args.threads)],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    send, recv = out.split()[-2:]
+    return float(send), float(recv)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spins", nargs="+", default=["default", "30000", "0"],
+                   help="GOMP_SPINCOUNT values to compare ('default': unset)")
+    p.add_argument("--steps", type=int, default=300, help="env steps of each run")
+    p.add_argument("--num-envs", type=int, default=16)
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--repeats", type=int, default=3, help="rounds; the median of each setting is printed")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(*measure(args.steps, args.num_envs, args.threads))
+        return
+    results: dict[str, list[tuple[float, float]]] = {spin: [] for spin in args.spins}
+    for _ in range(args.repeats):
+        for spin in args.spins:
+            results[spin].append(run_setting(spin, args))
+    print(f"{args.num_envs} games of Pong on ale-py, each step after a forward pass of the Nature network "
+          f"(torch {args.threads} threads); medians of {args.repeats} runs of {args.steps} steps, in ms")
+    print(f"{SPIN:>14} {'send':>6} {'recv':>6} {'step':>6}")
+    for spin, runs in results.items():
+        send = statistics.median(s for s, _ in runs)
+        recv = statistics.median(r for _, r in runs)
+        print(f"{spin:>14} {send:6.2f} {recv:6.2f} {send + recv:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
