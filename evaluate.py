@@ -1,7 +1,8 @@
 """Evaluate a saved agent: whole games under a fixed protocol, raw scores, optional videos.
 
-Two evaluation protocols build the envs (`make_eval_envs`), always with the training pipeline's
-wrappers, so the network sees exactly what it saw in training::
+Two evaluation protocols build the envs (`make_eval_envs`), always with SB3's Atari wrappers (the
+reference pipeline of training, ``--vec-env dummy``), whose per-game envs set the protocol and
+record videos::
 
     gym.make(id) -> [GameRecorder] -> Monitor -> AtariWrapper -> DummyVecEnv -> frame stack -> [C, H, W]
 
@@ -270,7 +271,8 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
                    max_episode_frames: Optional[int] = None) -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
-    ``[num_envs, n_stack, 84, 84]`` uint8, exactly as in training (see ``envs.make_vec_env``).
+    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``; after a lost
+    life these wrappers zero the frame stack and press FIRE, where the ``ale`` path leaves both to the agent).
 
     Env i is seeded with ``seed + i``. ``full_action_space`` (machado only) plays with all 18
     actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames (a
