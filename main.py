@@ -28,10 +28,10 @@ EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "n_stack")
 # How long GNU OpenMP's idle threads spin before they sleep. Between two of torch's parallel ops
 # they spin, so the next op starts at once; by default they go on spinning for 300,000 rounds
-# (about a millisecond and more) after the network's last op, holding a core that the
-# emulators need for the env step that follows. A tenth of that still bridges the gaps between
-# ops. Read once, when torch loads its OpenMP library, so it is set before torch is imported; a
-# value in the environment wins. Nothing computed changes (bench/throughput.py --ablation).
+# after the network's last op, holding a core that the emulators need for the env step that
+# follows (bench/openmp_spin.py). A tenth of that still bridges the gaps between ops. Read once,
+# when torch loads its OpenMP library, so it is set before torch is imported; a value in the
+# environment wins. Nothing computed changes (tests/test_cli.py).
 OPENMP_ENV = {"GOMP_SPINCOUNT": "30000"}
 
 

@@ -34,7 +34,6 @@ import torch  # noqa: E402
 from model import ConvEncoder, NatureEncoder  # noqa: E402
 
 
-
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
               bf16: bool = False) -> float:
     """Mean milliseconds of one forward + backward pass over ``frames`` in passes of ``chunk``

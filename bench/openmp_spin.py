@@ -30,7 +30,6 @@ SPIN = "GOMP_SPINCOUNT"
 def measure(steps: int, num_envs: int, threads: int) -> tuple[float, float]:
     """Median milliseconds of ``send`` and of ``recv`` over ``steps`` steps, each after a forward pass."""
     sys.path.insert(0, ROOT)
-    import numpy as np
     import torch
 
     from envs import make_vec_env

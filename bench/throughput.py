@@ -20,7 +20,7 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   ``recurrent, rollout run again`` (acting without gradients, then the whole rollout through
   the network again in the update, instead of training through the forward pass kept from
   collecting), ``recurrent, default OpenMP spin`` (GNU OpenMP's own spin before its idle
-  threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all four removed, and the encoder taking the
+  threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five removed, and the encoder taking the
   update's 80 frames in one pass instead of in passes of ``ConvEncoder.cpu_chunk``: the
   starting point before the speed work).
 

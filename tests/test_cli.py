@@ -35,7 +35,6 @@ def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-
 def test_the_command_line_sets_openmp_s_spin_before_torch_is_loaded():
     # main.py's __main__ block sets it first thing; that only counts if importing main loads no torch.
     code = "import sys, main; assert 'torch' not in sys.modules, 'main imports torch'"
