@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pytest
 
 from bench import side_by_side as bench
@@ -37,3 +38,53 @@ def test_refuses_bad_variants(argv):
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
     assert exc.value.code == 2
+
+
+def test_first_reach_is_the_step_of_the_first_full_window_whose_mean_reaches_the_score():
+    steps = np.array([10, 20, 30, 40, 50])
+    returns = np.array([-3.0, -1.0, 1.0, 3.0, 5.0])
+    # Means of 2 games: -2 (at 20), 0 (30), 2 (40), 4 (50).
+    assert bench.first_reach(steps, returns, 0.0, count=2) == 30
+    assert bench.first_reach(steps, returns, 1.5, count=2) == 40
+    assert bench.first_reach(steps, returns, -5.0, count=2) == 20  # never before a full window
+    assert bench.first_reach(steps, returns, 4.5, count=2) is None
+    assert bench.first_reach(steps[:1], returns[:1], -5.0, count=2) is None
+
+
+def write_run(run_dir: str, returns: list[float], steps_per_game: int) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(run_dir) as writer:
+        for i, r in enumerate(returns):
+            step = (i + 1) * steps_per_game
+            writer.add_scalar("episode/return", r, step)
+            writer.add_scalar("loss/total", 1.0, step)
+            writer.add_scalar("train/resident_memory_mib", 500.0 + i, step)
+
+
+def test_report_only_compares_runs_already_logged(tmp_path, capsys):
+    write_run(str(tmp_path / "slow" / "run"), [0.0, 1.0, 2.0, 3.0], steps_per_game=100)
+    write_run(str(tmp_path / "fast" / "run"), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0], steps_per_game=100)
+    assert bench.main(["--report-only", "--log-dir", str(tmp_path), "--variants", "slow=", "fast=",
+                       "--minutes", "4", "--settle-minutes", "0", "--reach", "1", "100"]) == 0
+    out = capsys.readouterr().out
+    rows = {}  # each run's first line: its row of the table
+    for line in out.splitlines():
+        if line.split():
+            rows.setdefault(line.split()[0], line.split())
+    # Both ran to their last step; the common point is the slower run's 400 steps.
+    assert rows["slow"][1:3] == ["400", "4"] and rows["fast"][1:3] == ["600", "6"]
+    assert "at 400 steps" in out
+    # Mean of the last 100 games (all of them here): 1.5 and 5.0 at the end; 1.5 and 3.0 at 400 steps.
+    assert [float(x) for x in rows["slow"][3:5]] == [1.5, 1.5]
+    assert [float(x) for x in rows["fast"][3:5]] == [5.0, 3.0]
+    assert "steps/s ratio (fast / slow): 1.50x" in out
+    # Fewer than 100 games: no full window, so no score is ever reached.
+    assert out.splitlines()[-3:-1] == [f"{'slow':<4}      never       never", f"{'fast':<4}      never       never"]
+
+
+def test_report_only_refuses_a_log_dir_without_the_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--report-only", "--log-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "no runs named dummy and ale" in capsys.readouterr().err
