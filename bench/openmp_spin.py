@@ -30,8 +30,6 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPIN = "GOMP_SPINCOUNT"
-
-
 COLUMNS = ("fwd alone", "fwd after step", "step alone", "send", "recv")
 
 

@@ -6,8 +6,8 @@ unless ``--threads`` sets it). Each timed run happens in a fresh process of its 
 inherits another's memory, allocator state or warmed caches. The trainers:
 
 * ``ours recurrent``: the default configuration of a real run (``Config()``: universe encoder
-  + LSTM, channels-last, malloc keeping freed memory, OpenMP's shorter spin) on the env path ``--ours-vec-env``
-  (default ``ale``, ale-py's C++ vector env);
+  + LSTM, channels-last, malloc keeping freed memory, OpenMP's shorter spin) on the env path
+  ``--ours-vec-env`` (default ``ale``, ale-py's C++ vector env);
 * ``ours feed-forward (nature)``: the fast configuration, ``arch="nature", recurrent=False``,
   otherwise the same;
 * with ``--bf16``, each of ours again with its encoder in bfloat16 (``Config.bf16``), named
@@ -20,9 +20,9 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   ``recurrent, rollout run again`` (acting without gradients, then the whole rollout through
   the network again in the update, instead of training through the forward pass kept from
   collecting), ``recurrent, default OpenMP spin`` (GNU OpenMP's own spin before its idle
-  threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five removed, and the encoder taking the
-  update's 80 frames in one pass instead of in passes of ``ConvEncoder.cpu_chunk``: the
-  starting point before the speed work).
+  threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five
+  removed, and the encoder taking the update's 80 frames in one pass instead of in passes of
+  ``ConvEncoder.cpu_chunk``: the starting point before the speed work).
 
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
@@ -488,8 +488,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     def ours(setup: dict[str, Any]) -> Trainer:
         kwargs = {name: value for name, value in setup.items() if name != "openmp_spin"}
-        return (train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device, **kwargs),
-                ours_environment(setup["openmp_spin"]))
+        kwargs.update(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device)
+        return train_ours, kwargs, ours_environment(setup["openmp_spin"])
 
     trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env, args.bf16).items()}
     if not args.no_sb3:
