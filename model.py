@@ -7,8 +7,9 @@ episode never sees another episode's memory, and no other env is touched.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -165,6 +166,25 @@ class ActorCritic(nn.Module):
             return self.encoder(obs)
         with torch.autocast(obs.device.type, dtype=torch.bfloat16):
             return self.encoder(obs).float()
+
+    @contextlib.contextmanager
+    def casting_once(self) -> Iterator[None]:
+        """A block in which the bfloat16 encoder casts each weight to bfloat16 once, not at every pass.
+
+        Autocast casts a float32 weight afresh at every pass, and backward converts each pass's
+        gradient back; within one autocast region it keeps the cast and reuses it until the region
+        closes. This block is such a region, with autocast switched off again inside it, so only
+        the encoder computes in bfloat16, as outside. The runner collects a rollout in one: its T
+        passes give the same outputs as without it, and their gradients of each weight are summed
+        in bfloat16 before one conversion (not converted one by one and summed in float32). The
+        weights must not change inside it. Without ``bf16`` it does nothing.
+        """
+        if not self.bf16:
+            yield
+            return
+        device = next(self.parameters()).device.type
+        with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
+            yield
 
     def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
         """One recurrent step. Envs whose observation starts an episode begin from a zero state."""

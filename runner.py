@@ -99,6 +99,15 @@ class Runner:
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)
         self.episode_ends.clear()
+        with agent.model.casting_once():
+            self._collect_steps(storage)
+        batch = agent.make_batch(storage)
+        self._log_reward_parts(batch)
+        return batch
+
+    def _collect_steps(self, storage: RolloutStorage) -> None:
+        """The rollout itself: ``rollout_size`` steps of every env, and the values to bootstrap from."""
+        cfg, agent = self.config, self.agent
         for t in range(cfg.rollout_size):
             if self.keep_graph:
                 actions, logits, values, next_state = agent.act_with_graph(
@@ -115,9 +124,6 @@ class Runner:
                            torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
         storage.finish(self.obs, agent.value(self.obs, self.recurrent_state, self.episode_starts))
-        batch = agent.make_batch(storage)
-        self._log_reward_parts(batch)
-        return batch
 
     def _truncation_bootstrap(self, dones: np.ndarray, infos: list[dict],
                               next_state: tuple[torch.Tensor, ...]) -> Optional[torch.Tensor]:

@@ -9,16 +9,19 @@
   features, gradients and training losses (to float rounding);
 * malloc keeping freed memory: the same run bit for bit;
 * the bfloat16 encoder (``--bf16``), which does change the arithmetic: where it applies, that
-  weights, gradients and checkpoints stay float32, and how near float32 its results stay.
+  weights, gradients and checkpoints stay float32, and how near float32 its results stay; and
+  that a rollout collected in ``casting_once`` casts each weight once and gives the same outputs.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
 import pytest
 import torch
 from torch.testing import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import utils
 from agent import agent_from_config, load_model
@@ -298,3 +301,71 @@ def test_bf16_training_stays_near_float32_and_saves_float32_weights(make_runner,
     saved = load_model(str(tmp_path / "fast" / "a2c_last"), bf16=True)
     assert saved.bf16 and all(p.dtype == torch.float32 for p in saved.parameters())
     assert not load_model(str(tmp_path / "fast" / "a2c_last")).bf16  # float32 unless asked
+
+
+class WeightCasts(TorchDispatchMode):
+    """Counts the casts of the given parameters to another dtype (autocast's weight casts)."""
+
+    def __init__(self, params) -> None:
+        super().__init__()
+        self.addresses = {p.data_ptr() for p in params}
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.addresses:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def rollout_passes(model: ActorCritic, obs: torch.Tensor, once: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One pass per step over ``obs [T, N, ...]`` as the runner collects them, then a backward
+    pass through all of them: (outputs, weight gradient, number of weight casts)."""
+    model.zero_grad()
+    state, starts = model.initial_state(obs.shape[1]), torch.zeros(obs.shape[1])
+    casts = WeightCasts(model.encoder.parameters())
+    with casts, (model.casting_once() if once else contextlib.nullcontext()):
+        outputs = []
+        for frames in obs:
+            logits, values, state = model(frames, state, starts)
+            outputs.append(torch.cat([logits, values.unsqueeze(1)], 1))
+    outputs = torch.stack(outputs)
+    (outputs.logsumexp(-1).sum() + outputs[..., -1].pow(2).sum()).backward()
+    return outputs.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), casts.count
+
+
+@pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
+def test_casting_once_casts_each_weight_once_per_rollout_with_the_same_outputs(arch, recurrent):
+    _, fast = twin_models(arch, recurrent)
+    obs = torch.randint(0, 256, (5, 3, 4, 84, 84), dtype=torch.uint8)
+    weights = len(list(fast.encoder.parameters()))
+    each, each_grad, each_casts = rollout_passes(fast, obs, once=False)
+    once, once_grad, once_casts = rollout_passes(fast, obs, once=True)
+    assert (each_casts, once_casts) == (5 * weights, weights)
+    assert torch.equal(once, each)  # the same bfloat16 weights, so the same numbers
+    # The five passes' gradients of a weight are summed in bfloat16 instead of float32: each
+    # addition rounds to 8 bits of mantissa, so the gradient moves by well under 1% of its norm.
+    assert not torch.equal(once_grad, each_grad)
+    assert (once_grad - each_grad).norm() < 0.01 * each_grad.norm()
+
+
+def test_casting_once_forgets_its_casts_when_the_block_ends():
+    _, fast = twin_models("nature", False)
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    starts = torch.zeros(2)
+    with fast.casting_once():
+        before = fast(obs, (), starts)[0]
+        assert not torch.is_autocast_enabled("cpu")  # only the encoder computes in bfloat16
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.mul_(1.5)  # an optimizer step between two rollouts
+    with fast.casting_once():
+        after = fast(obs, (), starts)[0]
+    assert not torch.equal(after, before) and torch.equal(after, fast(obs, (), starts)[0])
+
+
+def test_casting_once_does_nothing_without_bf16():
+    plain, _ = twin_models("nature", False)
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    with WeightCasts(plain.parameters()) as casts, plain.casting_once():
+        plain(obs, (), torch.zeros(2))
+    assert casts.count == 0
