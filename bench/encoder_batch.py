@@ -11,7 +11,10 @@ for contrast (its first maps are 20x20, and it is not split).
 
 With ``--bf16``, each encoder is timed instead in float32 and under bfloat16 autocast, as
 training runs it: the rollout is collected with gradients, one pass per step over the frames of
-16 envs, and the update's backward pass goes through those passes (``--step-frames``).
+16 envs, and the update's backward pass goes through those passes (``--step-frames``). bfloat16
+is timed twice: with each pass in an autocast region of its own, which casts every weight to
+bfloat16 at every pass and each pass's weight gradients back, and with all passes in one region
+(``ActorCritic.casting_once``, as the runner collects a rollout), which casts each weight once.
 
     python bench/encoder_batch.py
     python bench/encoder_batch.py --frames 160 --threads 1
@@ -35,33 +38,45 @@ from model import ConvEncoder, NatureEncoder  # noqa: E402
 
 
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
-              bf16: bool = False) -> float:
+              bf16: bool = False, cast_once: bool = True) -> float:
     """Mean milliseconds of one forward + backward pass over ``frames`` in passes of ``chunk``
     (split here, as ``ConvEncoder.forward`` splits them, with the encoder's own splitting off),
-    under bfloat16 autocast with ``bf16`` (as ``ActorCritic.encode`` runs it)."""
+    under bfloat16 autocast with ``bf16`` (as ``ActorCritic.encode`` runs it): all passes in one
+    autocast region with ``cast_once``, each in its own otherwise."""
     ConvEncoder.cpu_chunk = None
     tic = time.perf_counter()
     for _ in range(iterations):
         parts = [frames] if chunk is None else frames.split(chunk)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            features = torch.cat([encoder(part).float() for part in parts])
+        if cast_once:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                features = torch.cat([encoder(part).float() for part in parts])
+        else:
+            features = torch.cat([_autocast_pass(encoder, part, bf16) for part in parts])
         features.sum().backward()
     return (time.perf_counter() - tic) / iterations * 1000
 
 
+def _autocast_pass(encoder: torch.nn.Module, frames: torch.Tensor, bf16: bool) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return encoder(frames).float()
+
+
 def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, step_frames: int, repeats: int,
                  iterations: int) -> None:
-    """Each encoder in float32 and in bfloat16, in passes of ``step_frames``, alternating; medians."""
+    """Each encoder in float32, in bfloat16 casting its weights at every pass, and in bfloat16
+    casting them once, in passes of ``step_frames``, alternating; medians and speed-ups over float32."""
+    variants = {"float32": (False, True), "bf16 cast a pass": (True, False), "bf16 cast once": (True, True)}
     for name, encoder in encoders.items():
-        for bf16 in (False, True):  # warm-up
-            time_pass(encoder, frames, step_frames, 1, bf16)
-        times: dict[bool, list[float]] = {False: [], True: []}
+        for bf16, once in variants.values():  # warm-up
+            time_pass(encoder, frames, step_frames, 1, bf16, once)
+        times: dict[str, list[float]] = {variant: [] for variant in variants}
         for _ in range(repeats):
-            for bf16 in (False, True):
-                times[bf16].append(time_pass(encoder, frames, step_frames, iterations, bf16))
-        plain, fast = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{name:<9} passes of {step_frames:<4} float32 {plain:6.1f} ms  bfloat16 {fast:6.1f} ms  "
-              f"{plain / fast:5.2f}x")
+            for variant, (bf16, once) in variants.items():
+                times[variant].append(time_pass(encoder, frames, step_frames, iterations, bf16, once))
+        plain = statistics.median(times["float32"])
+        cells = [f"{variant} {statistics.median(ms):6.1f} ms ({plain / statistics.median(ms):4.2f}x)"
+                 for variant, ms in times.items()]
+        print(f"{name:<9} passes of {step_frames:<4} " + "  ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:
