@@ -162,6 +162,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
     """
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
     from stable_baselines3.common.vec_env import VecFrameStack
 
@@ -172,6 +173,8 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
         model = A2C("CnnPolicy", env, learning_rate=7e-4, n_steps=5, ent_coef=0.01, vf_coef=0.25,
                     policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
                     seed=seed, device=device, verbose=0)
+        # A logger that writes nothing: SB3's own, with no log folder given, makes one in /tmp on every run.
+        model.set_logger(Logger(folder=None, output_formats=[]))
         # Reset outside the timed part, as ours does in Runner(); learn() then keeps this first observation.
         model._last_obs = model.env.reset()
         model._last_episode_starts = np.ones((model.env.num_envs,), dtype=bool)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -11,6 +12,8 @@ from bench import throughput as bench
 from bench.throughput import OURS_FEEDFORWARD, OURS_RECURRENT, SB3, Trials
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def trials(name: str, rate: float) -> Trials:
@@ -103,6 +106,27 @@ def test_a_tiny_run_prints_its_table_and_memory(capsys):
     row = next(line for line in out.splitlines() if line.startswith(OURS_FEEDFORWARD + " "))
     assert row[len(OURS_FEEDFORWARD):].split()[0] == "10"  # env steps of the run
     assert "peak RSS of a training process" in out and "ratio" not in out
+
+
+def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    steps, seconds = bench.train_sb3(10, "PongNoFrameskip-v4", 2, "dummy")
+    assert steps == 10 and seconds > 0  # 2 envs x 5 steps: one update
+    assert not list(tmp_path.glob("SB3-*"))
+
+
+def test_encoder_batch_times_float32_and_both_ways_of_casting_to_bfloat16():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "encoder_batch.py"), "--bf16", "--frames", "8",
+                          "--step-frames", "4", "--repeats", "1", "--iterations", "1", "--threads", "1"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    rows = out.strip().splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["universe", "nature"]
+    for row in rows:
+        assert "passes of 4" in row
+        for variant in ("float32", "bf16 cast a pass", "bf16 cast once"):
+            assert f"{variant} " in row
+        assert "(1.00x)" in row.split("bf16")[0]  # float32 is the reference
 
 
 @pytest.mark.skipif(bench.torch.cuda.is_available(), reason="this machine has CUDA")
