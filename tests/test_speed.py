@@ -348,6 +348,19 @@ def test_casting_once_casts_each_weight_once_per_rollout_with_the_same_outputs(a
     assert (once_grad - each_grad).norm() < 0.01 * each_grad.norm()
 
 
+def test_bf16_trains_alike_through_the_collected_graph_and_by_running_the_rollout_again(make_runner, tmp_path):
+    # Collecting without gradients fills casting_once's casts in inference mode; the update then
+    # runs outside it. The first update sees the same weights and rollout both ways: the same
+    # bfloat16 weights give the same losses, and the gradient differs only by the order of its
+    # bfloat16 sums (one cast for the rollout's five passes against one for one pass of 80 frames).
+    runs = [short_run(make_runner, tmp_path / str(keep), keep_graph=keep, arch="nature", recurrent=False, bf16=True,
+                      vec_env="dummy") for keep in (True, False)]
+    kept, rerun = (history[0] for history in runs)
+    for key in ("policy", "value", "entropy"):
+        assert kept[key] == pytest.approx(rerun[key], rel=1e-5), key
+    assert kept["grad_norm"] == pytest.approx(rerun["grad_norm"], rel=1e-3)
+
+
 def test_casting_once_forgets_its_casts_when_the_block_ends():
     _, fast = twin_models("nature", False)
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
