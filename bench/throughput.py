@@ -22,7 +22,10 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   collecting), ``recurrent, default OpenMP spin`` (GNU OpenMP's own spin before its idle
   threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five
   removed, and the encoder taking the update's 80 frames in one pass instead of in passes of
-  ``ConvEncoder.cpu_chunk``: the starting point before the speed work).
+  ``ConvEncoder.cpu_chunk``: the starting point before the speed work); and with ``--bf16`` too,
+  each bfloat16 trainer of ours without its single cast a rollout, named ``..., a cast a pass``
+  (its encoder's weights cast to bfloat16 at every pass, as autocast does outside
+  ``ActorCritic.casting_once``). ``--ours feedforward --bf16 --ablation`` measures only that.
 
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
@@ -44,8 +47,9 @@ after one untimed warm-up round (``--warmup-steps``), and the median of each is 
 shared, noisy machine hits all of them alike. Absolute numbers move from run to run; the ratios
 measured within one run are what to compare. Printed after the table: each of ours over SB3
 (``ratio (ours recurrent / sb3): 1.23x``), whether the targets are met (recurrent >= 1.3x and
-feed-forward >= 2x SB3's env steps/s, the bf16 feed-forward row held to the same 2x), and with ``--ablation`` the speed-up of the recurrent
-default over each ablation row.
+feed-forward >= 2x SB3's env steps/s, the bf16 feed-forward row held to the same 2x), and with
+``--ablation`` the speed-up of the recurrent default over each of its ablation rows and of each
+bfloat16 trainer over its ``a cast a pass`` row.
 
 Memory: the table gives the peak RSS of each trainer's process (the largest over its runs;
 Python, torch and the other libraries every run loads included), and the last lines the
@@ -54,6 +58,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
+    python bench/throughput.py --ours feedforward --bf16 --ablation   # and what casting once a rollout bought
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --cuda --num-envs 64             # on a GPU: networks there, envs on the CPU
 """
@@ -100,6 +105,8 @@ OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
 # Taken away only with all the others: once the update trains through the collected forward pass,
 # the encoder never sees more than the 16 frames of one step, and passes change nothing there.
 BEFORE_SPEED_WORK = {"encoder_passes": False}
+# What --ablation takes out of each bfloat16 trainer of ours: casting the encoder's weights once a rollout.
+CAST_A_PASS = ", a cast a pass"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -112,7 +119,7 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
-               bf16: bool = Config.bf16, device: str = "cpu") -> tuple[int, float]:
+               bf16: bool = Config.bf16, cast_once: bool = True, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
@@ -120,7 +127,8 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it;
     ``encoder_passes=False`` has the universe encoder take every batch in one pass;
     ``keep_graph=False`` collects without gradients and runs the rollout again in the update;
-    ``bf16=True`` runs the encoder in bfloat16.
+    ``bf16=True`` runs the encoder in bfloat16; ``cast_once=False`` then casts its weights at every
+    pass, as before the runner collected each rollout in ``ActorCritic.casting_once``.
     """
     if keep_freed:
         keep_freed_memory()
@@ -136,6 +144,8 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
                             config.max_episode_frames)
         try:
             agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
+            if not cast_once:
+                agent.model.casting_once = contextlib.nullcontext  # each pass in an autocast region of its own
             runner = Runner(agent, envs, config, log_dir, keep_graph=keep_graph)  # resets the envs: not timed
             tic = time.perf_counter()
             state = runner.train()
@@ -205,6 +215,11 @@ def ours_setups(ours: str, vec_env: str, bf16: bool = False) -> dict[str, dict[s
     if bf16:
         setups.update({name + BF16: {**setup, "bf16": True} for name, setup in list(setups.items())})
     return setups
+
+
+def cast_a_pass_setups(setups: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each bfloat16 trainer of ``setups`` with its encoder's weights cast at every pass (--ablation --bf16)."""
+    return {name + CAST_A_PASS: {**setup, "cast_once": False} for name, setup in setups.items() if setup["bf16"]}
 
 
 def ablation_setups(vec_env: str) -> dict[str, dict[str, Any]]:
@@ -347,10 +362,16 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             elif name in TARGETS:
                 verdicts.append(f"{label} >= {target:g}x: not measured")
         lines.append("targets: " + ", ".join(verdicts))
-    if ablations and OURS_RECURRENT in results:
+    recurrent_rows = [name for name in ablations if not name.endswith(CAST_A_PASS)]
+    if recurrent_rows and OURS_RECURRENT in results:
         lines.append(f"what each optimization bought (speed-up of {OURS_RECURRENT} over the row):")
-        for name in ablations:
+        for name in recurrent_rows:
             lines.append(f"  {name}: {results[OURS_RECURRENT].median_rate / results[name].median_rate:.2f}x")
+    for name in ablations:
+        trainer = name[:-len(CAST_A_PASS)]
+        if name.endswith(CAST_A_PASS) and trainer in results:
+            lines.append(f"what casting once a rollout bought: {trainer} over {name}: "
+                         f"{results[trainer].median_rate / results[name].median_rate:.2f}x")
     return lines
 
 
@@ -442,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic)")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
-                        "channels-last, default malloc, rollout run again) and without all of them")
+                        "channels-last, default malloc, rollout run again, OpenMP spin) and without all of "
+                        "them; with --bf16, each bfloat16 trainer casting its weights at every pass")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",
@@ -479,9 +501,9 @@ def env_path(vec_env: str) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parse_bench_args(parser, argv)
-    if args.ablation and args.ours == "feedforward":
-        parser.error("--ablation takes optimizations out of the recurrent default: "
-                     "use it with --ours both or recurrent")
+    if args.ablation and args.ours == "feedforward" and not args.bf16:
+        parser.error("--ablation takes optimizations out of the recurrent default (and with --bf16, "
+                     "the single cast out of each bfloat16 trainer): use it with --ours both or recurrent, or --bf16")
     if args.cuda and not torch.cuda.is_available():
         parser.error("--cuda: CUDA is not available on this machine")
     device = "cuda" if args.cuda else "cpu"
@@ -494,11 +516,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         kwargs.update(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device)
         return train_ours, kwargs, ours_environment(setup["openmp_spin"])
 
-    trainers = {name: ours(setup) for name, setup in ours_setups(args.ours, args.ours_vec_env, args.bf16).items()}
+    setups = ours_setups(args.ours, args.ours_vec_env, args.bf16)
+    trainers = {name: ours(setup) for name, setup in setups.items()}
     if not args.no_sb3:
         trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
                                         seed=args.seed, device=device), {}  # the environment as found
-    ablations = ablation_setups(args.ours_vec_env) if args.ablation else {}
+    ablations: dict[str, dict[str, Any]] = {}
+    if args.ablation:
+        ablations.update(ablation_setups(args.ours_vec_env) if OURS_RECURRENT in setups else {})
+        ablations.update(cast_a_pass_setups(setups))
     trainers.update((name, ours(setup)) for name, setup in ablations.items())
 
     envs_used = f"ours {env_path(args.ours_vec_env)}" + ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env)}")

@@ -56,6 +56,19 @@ def test_bf16_adds_a_bfloat16_twin_of_each_of_ours_judged_by_the_same_target():
     assert lines[-1] == "targets: recurrent >= 1.3x: not measured, feed-forward >= 2x: no, feed-forward bf16 >= 2x: yes"
 
 
+def test_ablation_with_bf16_takes_the_single_cast_out_of_each_bfloat16_trainer():
+    setups = bench.ours_setups("both", "ale", bf16=True)
+    rows = bench.cast_a_pass_setups(setups)
+    assert list(rows) == [OURS_RECURRENT + " bf16, a cast a pass", OURS_FEEDFORWARD + " bf16, a cast a pass"]
+    for name, setup in rows.items():
+        assert setup == {**setups[name.removesuffix(", a cast a pass")], "cast_once": False}
+    results = {t.name: t for t in (trials(OURS_FEEDFORWARD + " bf16", 210), trials(OURS_FEEDFORWARD + " bf16, a cast a pass",
+                                                                                   175))}
+    assert bench.summary_lines(results, list(rows)) == [
+        "what casting once a rollout bought: ours feed-forward (nature) bf16 over "
+        "ours feed-forward (nature) bf16, a cast a pass: 1.20x"]
+
+
 def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
     results = {t.name: t for t in (trials(OURS_RECURRENT, 130), trials(OURS_FEEDFORWARD, 190), trials(SB3, 100),
                                    trials("recurrent, dummy envs", 65))}
@@ -106,6 +119,17 @@ def test_a_tiny_run_prints_its_table_and_memory(capsys):
     row = next(line for line in out.splitlines() if line.startswith(OURS_FEEDFORWARD + " "))
     assert row[len(OURS_FEEDFORWARD):].split()[0] == "10"  # env steps of the run
     assert "peak RSS of a training process" in out and "ratio" not in out
+
+
+def test_a_tiny_bf16_ablation_runs_the_trainer_that_casts_at_every_pass(capsys):
+    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
+                       "--ours", "feedforward", "--bf16", "--ablation"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    names = [OURS_FEEDFORWARD, OURS_FEEDFORWARD + " bf16", OURS_FEEDFORWARD + " bf16, a cast a pass"]
+    for name in names:
+        assert any(line.startswith(name + " ") for line in out), name  # a row of the table
+    assert any(line.startswith("what casting once a rollout bought: ") for line in out)
+    assert not any(line.startswith("recurrent, ") for line in out)  # no recurrent trainer to take things from
 
 
 def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, monkeypatch):
