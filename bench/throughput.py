@@ -368,8 +368,8 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
         for name in recurrent_rows:
             lines.append(f"  {name}: {results[OURS_RECURRENT].median_rate / results[name].median_rate:.2f}x")
     for name in ablations:
-        trainer = name[:-len(CAST_A_PASS)]
-        if name.endswith(CAST_A_PASS) and trainer in results:
+        trainer = name.removesuffix(CAST_A_PASS)
+        if trainer != name and trainer in results:
             lines.append(f"what casting once a rollout bought: {trainer} over {name}: "
                          f"{results[trainer].median_rate / results[name].median_rate:.2f}x")
     return lines
