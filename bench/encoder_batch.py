@@ -46,19 +46,14 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
     ConvEncoder.cpu_chunk = None
     tic = time.perf_counter()
     for _ in range(iterations):
-        parts = [frames] if chunk is None else frames.split(chunk)
-        if cast_once:
+        parts = [frames] if chunk is None else list(frames.split(chunk))
+        regions = [parts] if cast_once else [[part] for part in parts]  # the passes of each autocast region
+        features = []
+        for region in regions:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                features = torch.cat([encoder(part).float() for part in parts])
-        else:
-            features = torch.cat([_autocast_pass(encoder, part, bf16) for part in parts])
-        features.sum().backward()
+                features += [encoder(part).float() for part in region]
+        torch.cat(features).sum().backward()
     return (time.perf_counter() - tic) / iterations * 1000
-
-
-def _autocast_pass(encoder: torch.nn.Module, frames: torch.Tensor, bf16: bool) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return encoder(frames).float()
 
 
 def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, step_frames: int, repeats: int,

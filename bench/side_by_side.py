@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from plots import load_scalars  # noqa: E402
+from plots import load_scalars, moving_average  # noqa: E402
 
 ENV_PATHS = ["dummy=--vec-env dummy", "ale=--vec-env ale"]
 
@@ -81,7 +81,7 @@ def first_reach(steps: np.ndarray, returns: np.ndarray, score: float, count: int
     (only full windows of ``count`` games count); None if it never did."""
     if len(returns) < count:
         return None
-    means = np.convolve(returns, np.ones(count) / count, mode="valid")  # means[i]: games i .. i + count - 1
+    means = moving_average(returns, count)[count - 1:]  # means[i]: games i .. i + count - 1
     reached = np.flatnonzero(means >= score)
     return int(steps[reached[0] + count - 1]) if len(reached) else None
 
