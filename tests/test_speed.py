@@ -382,3 +382,101 @@ def test_casting_once_does_nothing_without_bf16():
     with WeightCasts(plain.parameters()) as casts, plain.casting_once():
         plain(obs, (), torch.zeros(2))
     assert casts.count == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The Nature CNN's 3136 x 512 layer computes its weight gradient over a rollout's passes in one
+# product (BatchedGradLinear inside ActorCritic.deferring_weight_grads): the same gradients.
+# ------------------------------------------------------------------------------------------------
+class WeightGradProducts(TorchDispatchMode):
+    """Counts the matrix products whose result has the shape of the given weight (its gradients)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.shape = weight.shape
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and out.shape == self.shape:
+            self.count += 1
+        return out
+
+
+def passes_and_backward(model: ActorCritic, obs: torch.Tensor, deferring: bool,
+                        extra_pass: bool = False) -> tuple[torch.Tensor, int]:
+    """One pass per step over ``obs [T, N, ...]`` (and with ``extra_pass`` one more outside the
+    block), one backward pass through all: (all gradients, products of the fc weight's shape)."""
+    model.zero_grad(set_to_none=True)
+    state, starts = model.initial_state(obs.shape[1]), torch.zeros(obs.shape[1])
+    outputs = []
+    with (model.deferring_weight_grads() if deferring else contextlib.nullcontext()):
+        for frames in obs:
+            logits, values, state = model(frames, state, starts)
+            outputs.append(logits.logsumexp(-1) + values.pow(2))
+    if extra_pass:
+        outputs.append(model(obs[0], model.initial_state(obs.shape[1]), starts)[1])
+    fc = model.encoder.fc[0]
+    with WeightGradProducts(fc.weight) as products:
+        torch.stack(outputs).sum().backward()
+    assert not fc._pending  # nothing is left waiting once backward returns
+    return torch.cat([p.grad.flatten() for p in model.parameters()]), products.count
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fc_weight_gradient_over_a_rollout_in_one_product_is_autograds(recurrent, channels_last):
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, recurrent=recurrent, hidden_size=32, arch="nature",
+                        channels_last=channels_last)
+    obs = torch.randint(0, 256, (5, 3, 4, 84, 84), dtype=torch.uint8)
+    plain, plain_products = passes_and_backward(model, obs, deferring=False)
+    batched, batched_products = passes_and_backward(model, obs, deferring=True)
+    assert (plain_products, batched_products) == (5, 1)
+    assert_close(batched, plain, rtol=1e-5, atol=1e-7)
+    # A pass outside the block in the same loss: autograd's gradient and the batched one add up.
+    plain, _ = passes_and_backward(model, obs, deferring=False, extra_pass=True)
+    mixed, mixed_products = passes_and_backward(model, obs, deferring=True, extra_pass=True)
+    assert mixed_products == 2
+    assert_close(mixed, plain, rtol=1e-5, atol=1e-7)
+
+
+def test_fc_weight_gradient_accumulates_over_backward_calls_as_autograds():
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
+    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    grads = []
+    for deferring in (False, True):
+        model.zero_grad(set_to_none=True)
+        for frames in obs:  # two losses, two backward calls, gradients summed in .grad
+            with (model.deferring_weight_grads() if deferring else contextlib.nullcontext()):
+                logits, values, _ = model(frames, (), torch.zeros(3))
+            (logits.logsumexp(-1) + values.pow(2)).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-7)
+
+
+def test_fc_computes_as_linear_outside_the_block_without_gradients_and_in_bf16():
+    plain, fast = twin_models("nature", False)
+    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    for model in (plain, fast):
+        with model.deferring_weight_grads():
+            assert model.encoder.fc[0].deferring
+            with torch.inference_mode():
+                model(obs[0], (), torch.zeros(3))
+        assert not model.encoder.fc[0].deferring
+    assert passes_and_backward(plain, obs, deferring=False)[1] == 2  # outside the block
+    # Under bfloat16 autocast the layer is nn.Linear: the same gradients bit for bit, block or not.
+    each, each_products = passes_and_backward(fast, obs, deferring=False)
+    inside, inside_products = passes_and_backward(fast, obs, deferring=True)
+    assert torch.equal(inside, each) and each_products == inside_products
+
+
+def test_training_with_the_fc_gradient_in_one_product_gives_the_same_losses(make_runner, tmp_path, monkeypatch):
+    batched = short_run(make_runner, tmp_path / "batched", arch="nature", recurrent=False)
+    monkeypatch.setattr(ActorCritic, "deferring_weight_grads", lambda self: contextlib.nullcontext())
+    plain = short_run(make_runner, tmp_path / "plain", arch="nature", recurrent=False)
+    for key in ("total", "policy", "value", "entropy", "grad_norm"):
+        assert_close(torch.tensor([h[key] for h in batched]), torch.tensor([h[key] for h in plain]),
+                     rtol=1e-3, atol=1e-6, msg=key)
+    assert batched[0]["grad_norm"] == pytest.approx(plain[0]["grad_norm"], rel=1e-5)
