@@ -56,17 +56,24 @@ def test_bf16_adds_a_bfloat16_twin_of_each_of_ours_judged_by_the_same_target():
     assert lines[-1] == "targets: recurrent >= 1.3x: not measured, feed-forward >= 2x: no, feed-forward bf16 >= 2x: yes"
 
 
-def test_ablation_with_bf16_takes_the_single_cast_out_of_each_bfloat16_trainer():
+def test_ablation_takes_each_trainers_own_optimization_out_of_it():
     setups = bench.ours_setups("both", "ale", bf16=True)
-    rows = bench.cast_a_pass_setups(setups)
-    assert list(rows) == [OURS_RECURRENT + " bf16, a cast a pass", OURS_FEEDFORWARD + " bf16, a cast a pass"]
+    rows = bench.trainer_ablation_setups(setups)
+    assert list(rows) == [OURS_RECURRENT + " bf16, a cast a pass", OURS_FEEDFORWARD + " bf16, a cast a pass",
+                          OURS_FEEDFORWARD + ", fc gradient a pass"]
     for name, setup in rows.items():
-        assert setup == {**setups[name.removesuffix(", a cast a pass")], "cast_once": False}
-    results = {t.name: t for t in (trials(OURS_FEEDFORWARD + " bf16", 210), trials(OURS_FEEDFORWARD + " bf16, a cast a pass",
-                                                                                   175))}
+        trainer, _, what = name.rpartition(", ")
+        argument = {"a cast a pass": "cast_once", "fc gradient a pass": "batched_fc"}[what]
+        assert setup == {**setups[trainer], argument: False}
+    assert list(bench.trainer_ablation_setups(bench.ours_setups("recurrent", "ale"))) == []
+    results = {t.name: t for t in (trials(OURS_FEEDFORWARD, 150), trials(OURS_FEEDFORWARD + ", fc gradient a pass", 125),
+                                   trials(OURS_FEEDFORWARD + " bf16", 210),
+                                   trials(OURS_FEEDFORWARD + " bf16, a cast a pass", 175))}
     assert bench.summary_lines(results, list(rows)) == [
         "what casting once a rollout bought: ours feed-forward (nature) bf16 over "
-        "ours feed-forward (nature) bf16, a cast a pass: 1.20x"]
+        "ours feed-forward (nature) bf16, a cast a pass: 1.20x",
+        "what the fc weight gradient in one product bought: ours feed-forward (nature) over "
+        "ours feed-forward (nature), fc gradient a pass: 1.20x"]
 
 
 def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
@@ -103,8 +110,7 @@ def test_a_process_started_inside_environment_sees_its_variables_and_they_are_re
     assert os.environ["BENCH_SET"] == "before" and os.environ["BENCH_UNSET"] == "before"
 
 
-@pytest.mark.parametrize("argv", [["--ablation", "--ours", "feedforward"], ["--vec-env", "dummy"],
-                                  ["--sb3-vec-env", "ale"]])
+@pytest.mark.parametrize("argv", [["--vec-env", "dummy"], ["--sb3-vec-env", "ale"]])
 def test_refuses_bad_flags(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
@@ -121,14 +127,16 @@ def test_a_tiny_run_prints_its_table_and_memory(capsys):
     assert "peak RSS of a training process" in out and "ratio" not in out
 
 
-def test_a_tiny_bf16_ablation_runs_the_trainer_that_casts_at_every_pass(capsys):
+def test_a_tiny_feedforward_ablation_runs_the_trainers_without_their_own_optimizations(capsys):
     assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
                        "--ours", "feedforward", "--bf16", "--ablation"]) == 0
     out = capsys.readouterr().out.splitlines()
-    names = [OURS_FEEDFORWARD, OURS_FEEDFORWARD + " bf16", OURS_FEEDFORWARD + " bf16, a cast a pass"]
+    names = [OURS_FEEDFORWARD, OURS_FEEDFORWARD + " bf16", OURS_FEEDFORWARD + " bf16, a cast a pass",
+             OURS_FEEDFORWARD + ", fc gradient a pass"]
     for name in names:
         assert any(line.startswith(name + " ") for line in out), name  # a row of the table
     assert any(line.startswith("what casting once a rollout bought: ") for line in out)
+    assert any(line.startswith("what the fc weight gradient in one product bought: ") for line in out)
     assert not any(line.startswith("recurrent, ") for line in out)  # no recurrent trainer to take things from
 
 
