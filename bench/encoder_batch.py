@@ -15,6 +15,9 @@ training runs it: the rollout is collected with gradients, one pass per step ove
 is timed twice: with each pass in an autocast region of its own, which casts every weight to
 bfloat16 at every pass and each pass's weight gradients back, and with all passes in one region
 (``ActorCritic.casting_once``, as the runner collects a rollout), which casts each weight once.
+The Nature CNN is also timed in float32 with its fc layer's weight gradient computed over all
+passes in one product (``ActorCritic.deferring_weight_grads``, as the runner collects a rollout)
+instead of at every pass as autograd does.
 
     python bench/encoder_batch.py
     python bench/encoder_batch.py --frames 160 --threads 1
@@ -32,26 +35,43 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import contextlib  # noqa: E402
+
 import torch  # noqa: E402
 
-from model import ConvEncoder, NatureEncoder  # noqa: E402
+from model import BatchedGradLinear, ConvEncoder, NatureEncoder  # noqa: E402
+
+
+@contextlib.contextmanager
+def fc_gradient_in_one_product(encoder: torch.nn.Module, on: bool):
+    """The encoder's ``BatchedGradLinear`` layers computing their weight gradient over all passes at once (``on``)."""
+    layers = [m for m in encoder.modules() if isinstance(m, BatchedGradLinear)]
+    for layer in layers:
+        layer.deferring = on
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.deferring = False
 
 
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
-              bf16: bool = False, cast_once: bool = True) -> float:
+              bf16: bool = False, cast_once: bool = True, batched_fc: bool = False) -> float:
     """Mean milliseconds of one forward + backward pass over ``frames`` in passes of ``chunk``
     (split here, as ``ConvEncoder.forward`` splits them, with the encoder's own splitting off),
     under bfloat16 autocast with ``bf16`` (as ``ActorCritic.encode`` runs it): all passes in one
-    autocast region with ``cast_once``, each in its own otherwise."""
+    autocast region with ``cast_once``, each in its own otherwise; with ``batched_fc``, a
+    ``BatchedGradLinear`` computes its weight gradient over all passes in one product."""
     ConvEncoder.cpu_chunk = None
     tic = time.perf_counter()
     for _ in range(iterations):
         parts = [frames] if chunk is None else list(frames.split(chunk))
         regions = [parts] if cast_once else [[part] for part in parts]  # the passes of each autocast region
         features = []
-        for region in regions:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                features += [encoder(part).float() for part in region]
+        with fc_gradient_in_one_product(encoder, batched_fc):
+            for region in regions:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    features += [encoder(part).float() for part in region]
         torch.cat(features).sum().backward()
     return (time.perf_counter() - tic) / iterations * 1000
 
@@ -59,15 +79,19 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
 def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, step_frames: int, repeats: int,
                  iterations: int) -> None:
     """Each encoder in float32, in bfloat16 casting its weights at every pass, and in bfloat16
-    casting them once, in passes of ``step_frames``, alternating; medians and speed-ups over float32."""
-    variants = {"float32": (False, True), "bf16 cast a pass": (True, False), "bf16 cast once": (True, True)}
+    casting them once, in passes of ``step_frames``, alternating; medians and speed-ups over float32.
+    An encoder with a ``BatchedGradLinear`` (the Nature CNN) is also timed in float32 with it on."""
     for name, encoder in encoders.items():
-        for bf16, once in variants.values():  # warm-up
-            time_pass(encoder, frames, step_frames, 1, bf16, once)
+        variants = {"float32": (False, True, False), "bf16 cast a pass": (True, False, False),
+                    "bf16 cast once": (True, True, False)}
+        if any(isinstance(m, BatchedGradLinear) for m in encoder.modules()):
+            variants["float32 fc in one product"] = (False, True, True)
+        for bf16, once, batched in variants.values():  # warm-up
+            time_pass(encoder, frames, step_frames, 1, bf16, once, batched)
         times: dict[str, list[float]] = {variant: [] for variant in variants}
         for _ in range(repeats):
-            for variant, (bf16, once) in variants.items():
-                times[variant].append(time_pass(encoder, frames, step_frames, iterations, bf16, once))
+            for variant, (bf16, once, batched) in variants.items():
+                times[variant].append(time_pass(encoder, frames, step_frames, iterations, bf16, once, batched))
         plain = statistics.median(times["float32"])
         cells = [f"{variant} {statistics.median(ms):6.1f} ms ({plain / statistics.median(ms):4.2f}x)"
                  for variant, ms in times.items()]

@@ -148,7 +148,7 @@ def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, mo
     assert not list(tmp_path.glob("SB3-*"))
 
 
-def test_encoder_batch_times_float32_and_both_ways_of_casting_to_bfloat16():
+def test_encoder_batch_times_float32_both_ways_of_casting_to_bfloat16_and_the_batched_fc():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "encoder_batch.py"), "--bf16", "--frames", "8",
                           "--step-frames", "4", "--repeats", "1", "--iterations", "1", "--threads", "1"],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
@@ -159,6 +159,8 @@ def test_encoder_batch_times_float32_and_both_ways_of_casting_to_bfloat16():
         for variant in ("float32", "bf16 cast a pass", "bf16 cast once"):
             assert f"{variant} " in row
         assert "(1.00x)" in row.split("bf16")[0]  # float32 is the reference
+    # Only the Nature CNN has a layer that computes its weight gradient over all passes at once.
+    assert "fc in one product" not in rows[0] and "float32 fc in one product " in rows[1]
 
 
 @pytest.mark.skipif(bench.torch.cuda.is_available(), reason="this machine has CUDA")
