@@ -93,7 +93,8 @@ class BatchedGradLinear(nn.Linear):
     output gradient; when that backward call ends, the weight and bias get the gradient of all
     recorded passes from one product over T x N samples. After ``loss.backward()`` the gradients
     are where autograd would have put them: the same sum, added in another order, so equal to
-    float rounding. Under autocast (``bf16``) the layer computes as ``nn.Linear`` always.
+    float rounding. Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
+    backward would need autocast's bfloat16 copy of the weight, which autocast keeps to itself).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
