@@ -93,7 +93,8 @@ class BatchedGradLinear(nn.Linear):
     output gradient; when that backward call ends, the weight and bias get the gradient of all
     recorded passes from one product over T x N samples. After ``loss.backward()`` the gradients
     are where autograd would have put them: the same sum, added in another order, so equal to
-    float rounding. Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
+    float rounding (a ``torch.autograd.grad`` call through such passes would put them in
+    ``.grad`` too). Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
     backward would need autocast's bfloat16 copy of the weight, which autocast keeps to itself).
     """
 
@@ -108,7 +109,9 @@ class BatchedGradLinear(nn.Linear):
         return super().forward(x)
 
     def _record(self, x: torch.Tensor, grad_out: torch.Tensor) -> None:
-        if not self._pending:  # the first pass of this backward call: apply them all when it ends
+        if not self._pending:
+            # The first pass of this backward call: apply them all when it ends (the engine's hook
+            # for work at the end of a backward call, the one DistributedDataParallel uses).
             torch.autograd.Variable._execution_engine.queue_callback(self._apply_recorded)
         self._pending.append((x.reshape(-1, x.shape[-1]), grad_out.reshape(-1, grad_out.shape[-1])))
 
@@ -249,6 +252,7 @@ class ActorCritic(nn.Module):
         end of their backward call. The runner collects a rollout in one."""
         layers = [m for m in self.modules() if isinstance(m, BatchedGradLinear)]
         for layer in layers:
+            layer._pending.clear()  # left only by a backward call that failed before its end
             layer.deferring = True
         try:
             yield
