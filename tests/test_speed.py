@@ -480,3 +480,14 @@ def test_training_with_the_fc_gradient_in_one_product_gives_the_same_losses(make
         assert_close(torch.tensor([h[key] for h in batched]), torch.tensor([h[key] for h in plain]),
                      rtol=1e-3, atol=1e-6, msg=key)
     assert batched[0]["grad_norm"] == pytest.approx(plain[0]["grad_norm"], rel=1e-5)
+
+
+def test_records_left_by_a_failed_backward_are_dropped_when_the_next_rollout_starts():
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
+    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    plain, _ = passes_and_backward(model, obs, deferring=False)
+    fc = model.encoder.fc[0]
+    fc._pending.append((torch.ones(3, fc.in_features), torch.ones(3, fc.out_features)))  # a backward that never ended
+    batched, _ = passes_and_backward(model, obs, deferring=True)
+    assert_close(batched, plain, rtol=1e-5, atol=1e-7)
