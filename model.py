@@ -123,6 +123,20 @@ class BatchedGradLinear(nn.Linear):
                 param.grad = grad if param.grad is None else param.grad + grad
 
 
+@contextlib.contextmanager
+def deferring_weight_grads(module: nn.Module) -> Iterator[None]:
+    """Every :class:`BatchedGradLinear` in ``module`` records its passes inside this block."""
+    layers = [m for m in module.modules() if isinstance(m, BatchedGradLinear)]
+    for layer in layers:
+        layer._pending.clear()  # left only by a backward call that failed before its end
+        layer.deferring = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.deferring = False
+
+
 class _LinearWeightGradAtEnd(torch.autograd.Function):
     """``x @ W.T + b`` whose backward returns the input's gradient and leaves the weight's to its layer."""
 
@@ -245,20 +259,11 @@ class ActorCritic(nn.Module):
         with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
             yield
 
-    @contextlib.contextmanager
-    def deferring_weight_grads(self) -> Iterator[None]:
+    def deferring_weight_grads(self) -> contextlib.AbstractContextManager[None]:
         """A block whose passes with gradients have each :class:`BatchedGradLinear` (the Nature
         CNN's 3136 x 512 layer) compute its weight gradient over all of them in one product, at the
         end of their backward call. The runner collects a rollout in one."""
-        layers = [m for m in self.modules() if isinstance(m, BatchedGradLinear)]
-        for layer in layers:
-            layer._pending.clear()  # left only by a backward call that failed before its end
-            layer.deferring = True
-        try:
-            yield
-        finally:
-            for layer in layers:
-                layer.deferring = False
+        return deferring_weight_grads(self)
 
     def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
         """One recurrent step. Envs whose observation starts an episode begin from a zero state."""

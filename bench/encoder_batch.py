@@ -39,20 +39,7 @@ import contextlib  # noqa: E402
 
 import torch  # noqa: E402
 
-from model import BatchedGradLinear, ConvEncoder, NatureEncoder  # noqa: E402
-
-
-@contextlib.contextmanager
-def fc_gradient_in_one_product(encoder: torch.nn.Module, on: bool):
-    """The encoder's ``BatchedGradLinear`` layers computing their weight gradient over all passes at once (``on``)."""
-    layers = [m for m in encoder.modules() if isinstance(m, BatchedGradLinear)]
-    for layer in layers:
-        layer.deferring = on
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.deferring = False
+from model import BatchedGradLinear, ConvEncoder, NatureEncoder, deferring_weight_grads  # noqa: E402
 
 
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
@@ -68,7 +55,7 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
         parts = [frames] if chunk is None else list(frames.split(chunk))
         regions = [parts] if cast_once else [[part] for part in parts]  # the passes of each autocast region
         features = []
-        with fc_gradient_in_one_product(encoder, batched_fc):
+        with deferring_weight_grads(encoder) if batched_fc else contextlib.nullcontext():
             for region in regions:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     features += [encoder(part).float() for part in region]
