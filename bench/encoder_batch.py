@@ -26,6 +26,7 @@ instead of at every pass as autograd does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -34,8 +35,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-
-import contextlib  # noqa: E402
 
 import torch  # noqa: E402
 
