@@ -94,7 +94,8 @@ class BatchedGradLinear(nn.Linear):
     recorded passes from one product over T x N samples. After ``loss.backward()`` the gradients
     are where autograd would have put them: the same sum, added in another order, so equal to
     float rounding (a ``torch.autograd.grad`` call through such passes would put them in
-    ``.grad`` too). Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
+    ``.grad`` too; a backward call that fails adds nothing of this layer's weight gradient to
+    ``.grad``, where autograd leaves the part it computed before failing). Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
     backward would need autocast's bfloat16 copy of the weight, which autocast keeps to itself).
     """
 
@@ -102,6 +103,7 @@ class BatchedGradLinear(nn.Linear):
         super().__init__(in_features, out_features, bias)
         self.deferring = False
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (input, output gradient) of each pass
+        self._recording_in: int | None = None  # the backward call that recorded them (autograd's graph task id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.deferring and torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type):
@@ -109,15 +111,21 @@ class BatchedGradLinear(nn.Linear):
         return super().forward(x)
 
     def _record(self, x: torch.Tensor, grad_out: torch.Tensor) -> None:
-        if not self._pending:
+        task = torch._C._current_graph_task_id()
+        if task != self._recording_in:
             # The first pass of this backward call: apply them all when it ends (the engine's hook
-            # for work at the end of a backward call, the one DistributedDataParallel uses).
+            # for work at the end of a backward call, the one DistributedDataParallel uses). What
+            # an earlier call recorded is stale: that call failed before its end, so its gradient
+            # never reached ``.grad``, and a retried backward must not add it.
+            self._pending.clear()
+            self._recording_in = task
             torch.autograd.Variable._execution_engine.queue_callback(self._apply_recorded)
         self._pending.append((x.reshape(-1, x.shape[-1]), grad_out.reshape(-1, grad_out.shape[-1])))
 
     def _apply_recorded(self) -> None:
         inputs, grads = (torch.cat(parts) for parts in zip(*self._pending))
         self._pending.clear()
+        self._recording_in = None
         for param, grad in ((self.weight, grads.t() @ inputs), (self.bias, grads.sum(0))):
             if param is not None and param.requires_grad:
                 param.grad = grad if param.grad is None else param.grad + grad
@@ -129,6 +137,7 @@ def deferring_weight_grads(module: nn.Module) -> Iterator[None]:
     layers = [m for m in module.modules() if isinstance(m, BatchedGradLinear)]
     for layer in layers:
         layer._pending.clear()  # left only by a backward call that failed before its end
+        layer._recording_in = None
         layer.deferring = True
     try:
         yield

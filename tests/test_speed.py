@@ -491,3 +491,27 @@ def test_records_left_by_a_failed_backward_are_dropped_when_the_next_rollout_sta
     fc._pending.append((torch.ones(3, fc.in_features), torch.ones(3, fc.out_features)))  # a backward that never ended
     batched, _ = passes_and_backward(model, obs, deferring=True)
     assert_close(batched, plain, rtol=1e-5, atol=1e-7)
+
+
+def test_a_backward_retried_after_one_that_failed_gets_the_fc_weight_gradient():
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
+    obs = torch.randint(0, 256, (3, 3, 4, 84, 84), dtype=torch.uint8)
+    plain, _ = passes_and_backward(model, obs, deferring=False)
+    model.zero_grad(set_to_none=True)
+    with model.deferring_weight_grads():
+        outputs = [model(frames, (), torch.zeros(3)) for frames in obs]
+    loss = torch.stack([logits.logsumexp(-1) + values.pow(2) for logits, values, _ in outputs]).sum()
+    fc = model.encoder.fc[0]
+
+    def fail(grad):
+        raise RuntimeError("out of memory")
+    hook = model.encoder.convs[0].weight.register_hook(fail)  # after the fc layer's passes recorded
+    with pytest.raises(RuntimeError, match="out of memory"):
+        loss.backward(retain_graph=True)
+    hook.remove()
+    assert len(fc._pending) == 3  # recorded, never applied
+    model.zero_grad(set_to_none=True)
+    loss.backward()  # the retry, outside the block, as a caller that caught the error would
+    assert not fc._pending
+    assert_close(torch.cat([p.grad.flatten() for p in model.parameters()]), plain, rtol=1e-5, atol=1e-7)
