@@ -7,6 +7,9 @@ from typing import Any, Optional
 
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
+# Seeds are below 2**30, so every env seed made from one (seed + env index, + 1,000,000 for the
+# evaluation envs, the offset of a resumed run) stays below 2**31, the largest seed ale-py takes.
+SEED_LIMIT = 2**30
 
 
 @dataclass
@@ -24,7 +27,7 @@ class Config:
     max_episode_frames: Optional[int] = None
     """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
     seed: int = 42
-    """Seeds torch, numpy, Python's random and the envs (env i gets seed + i)."""
+    """Seeds torch, numpy, Python's random and the envs (env i gets seed + i); from 0 to 2**30 - 1."""
 
     # --- model
     arch: str = "universe"

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import ARCHS, Config, field_doc
+from config import ARCHS, SEED_LIMIT, Config, field_doc
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
@@ -66,7 +66,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
-    flag("--seed", field="seed", type=int)
+    flag("--seed", field="seed", type=_seed)
     flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
@@ -149,6 +149,22 @@ def _checked(kind: type, what: str, allow_zero: bool = False):
         return value
     parse.__name__ = what  # argparse names the type in its message
     return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {SEED_LIMIT - 1}, got '{text}'")
+    return value
+
+
+def resumed_env_seed(seed: int, update: int) -> int:
+    """The env seed of a run resumed at ``update``: past the seeds it already used, so it does not
+    replay their games, and below :data:`config.SEED_LIMIT` however long the run."""
+    return (seed + update * 7919) % SEED_LIMIT
 
 
 def _unit_interval(text: str) -> float:
@@ -277,7 +293,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
-    env_seed = config.seed + (checkpoint["update"] * 7919 if checkpoint else 0)
+    env_seed = resumed_env_seed(config.seed, checkpoint["update"]) if checkpoint else config.seed
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, env_seed, config.vec_env,
                         config.max_episode_frames)
     evaluator = None

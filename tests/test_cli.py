@@ -187,9 +187,27 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     (["--stochastic"], "--deterministic/--stochastic is for --eval"),
     (["--arch", "resnet"], "--arch: invalid choice: 'resnet'"),
     (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
+    (["--seed", "-1"], "--seed: expected an integer from 0 to 1073741823, got '-1'"),
+    (["--seed", "1073741824"], "--seed: expected an integer from 0 to 1073741823"),
+    (["--seed", "99999999999999999999"], "--seed: expected an integer from 0 to 1073741823"),
 ])
 def test_bad_input_one_line_exit_2(argv, message, one_line_error):
     assert message in one_line_error(argv)
+
+
+def test_every_env_seed_a_run_makes_is_one_ale_py_takes():
+    from ale_vec_env import AleVecEnv
+    from config import SEED_LIMIT
+
+    assert (cli.resumed_env_seed(42, 0), cli.resumed_env_seed(42, 3)) == (42, 42 + 3 * 7919)
+    for update in (271_200, 10**9):  # a resumed long run: its offset wraps, it does not overflow
+        assert 0 <= cli.resumed_env_seed(SEED_LIMIT - 1, update) < SEED_LIMIT
+    # The largest: the evaluation envs of the largest seed (seed + 1,000,000 + env index).
+    envs = AleVecEnv("PongNoFrameskip-v4", 2, seed=SEED_LIMIT - 1 + 1_000_000)
+    try:
+        assert envs.reset().shape == (2, 4, 84, 84)
+    finally:
+        envs.close()
 
 
 def test_unwritable_log_dir(tmp_path, one_line_error):
