@@ -277,12 +277,16 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from envs import check_env_id, make_vec_env
     from evaluate import PeriodicEvaluator
     from runner import Runner, TrainingState, save_settings
-    from utils import UsageError, has_fast_bf16, seed_everything, set_rng_state
+    from utils import UsageError, has_fast_bf16, probe_writable, seed_everything, set_rng_state
 
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
         run_dir = os.path.dirname(os.path.abspath(resume))
+        try:  # found out now, not at the first checkpoint after hours of training
+            probe_writable(run_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
         check_env_id(config.env_name)
         run_dir = make_run_dir(config)
@@ -354,6 +358,8 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     settings = settings_from_checkpoint(checkpoint, load, config, typed - {"env_name"},
                                         allowed=set(typed) - set(ARCHITECTURE))
     if json_path is not None:  # find out before playing, not after
+        if not json_path or json_path.endswith(("/", os.sep)) or os.path.isdir(json_path):
+            raise UsageError(f"--json needs the path of a file to write, got '{json_path}'")
         try:
             probe_writable(os.path.dirname(os.path.abspath(json_path)))
         except OSError as exc:

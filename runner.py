@@ -28,7 +28,7 @@ from tqdm import tqdm
 from agent import A2CAgent
 from config import Config
 from storage import Batch, RolloutStorage
-from utils import (CHECKPOINT_FORMAT, EpisodeStats, atomic_save, explained_variance, linear_schedule,
+from utils import (CHECKPOINT_FORMAT, EpisodeStats, atomic_save, atomic_write, explained_variance, linear_schedule,
                    resident_memory_mib, rng_state)
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
@@ -353,7 +353,6 @@ def scheduled_lr(config: Config, update: int) -> float:
 def save_settings(config: Config, run_dir: str, writer: Any = None) -> None:
     """The run's full settings as JSON in the run directory and as TensorBoard text."""
     text = json.dumps(config.to_dict(), indent=2, sort_keys=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        f.write(text + "\n")
+    atomic_write(os.path.join(run_dir, "config.json"), lambda f: f.write(text + "\n"), binary=False)
     if writer is not None:
         writer.add_text("settings", "```\n" + text + "\n```", 0)

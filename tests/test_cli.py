@@ -236,6 +236,26 @@ def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_li
         ["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
 
 
+def test_resume_into_a_run_directory_it_cannot_write_is_refused_before_training(trained_run, one_line_error,
+                                                                               monkeypatch):
+    import utils
+
+    def read_only(directory):  # what a read-only or immutable directory answers (root writes through chmod)
+        if os.path.samefile(directory, trained_run):
+            raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(utils, "probe_writable", read_only)
+    monkeypatch.setattr(utils, "seed_everything", lambda seed: pytest.fail("training started"))
+    message = one_line_error(["--resume", os.path.join(trained_run, "a2c_last"), "--num-updates", str(UPDATES + 2)])
+    assert message == f"error: cannot write to the run directory '{trained_run}': Permission denied"
+
+
+def test_json_path_that_is_no_file_is_refused_before_playing(trained_run, tmp_path, one_line_error):
+    last = os.path.join(trained_run, "a2c_last")
+    for path in (str(tmp_path), "", str(tmp_path / "new") + "/"):
+        assert "--json needs the path of a file to write" in one_line_error(
+            ["--eval", "--load", last, "--episodes", "1", "--json", path])
+
+
 def test_weights_only_checkpoint_cannot_resume(trained_run, one_line_error):
     assert "holds weights only" in one_line_error(["--resume", os.path.join(trained_run, "a2c_best_loss")])
 
