@@ -25,15 +25,16 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
-from utils import UsageError
+from utils import UsageError, frame_cap
 
 
 class AleVecEnv(VecEnv):
     """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations ``[N, n_stack, 84, 84]`` uint8.
 
     The id's own emulator settings are kept (sticky actions for ``ALE/...-v5`` ids, the action
-    set, the 108,000-frame cap); ``max_episode_frames`` overrides the cap. Env i is seeded with
-    ``seed + i`` at the first reset. ``num_threads=0`` lets ale-py choose (one per core).
+    set, the 108,000-frame cap); ``max_episode_frames`` caps games sooner (a larger value leaves
+    the id's cap, as on SB3's path, whose emulator keeps it under the time limit). Env i is seeded
+    with ``seed + i`` at the first reset. ``num_threads=0`` lets ale-py choose (one per core).
     """
 
     render_mode = None  # nothing to render: the screens stay in C++
@@ -50,7 +51,8 @@ class AleVecEnv(VecEnv):
             settings["game"], num_envs, num_threads=num_threads, stack_num=n_stack,
             repeat_action_probability=settings.get("repeat_action_probability", 0.0),
             full_action_space=settings.get("full_action_space", False),
-            max_num_frames_per_episode=max_episode_frames or settings.get("max_num_frames_per_episode", 108_000),
+            max_num_frames_per_episode=frame_cap(settings.get("max_num_frames_per_episode", 108_000),
+                                                 max_episode_frames),
             noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
             episodic_life=False,   # would reset the whole game at every life loss
             life_loss_info=True,   # a life loss ends the learning episode; the game goes on

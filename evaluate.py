@@ -31,7 +31,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from model import ActorCritic
-from utils import UsageError, atomic_write, probe_writable
+from utils import UsageError, atomic_write, frame_cap, probe_writable
 
 PROTOCOLS = ("classic", "machado")
 MACHADO_MAX_FRAMES = 108_000  # 30 minutes of play at 60 frames a second
@@ -338,8 +338,6 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
 def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:
     """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
     limit, whichever is smaller); None when neither limits it."""
-    limits = [max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames,
-              gym.registry[env_name].kwargs.get("max_num_frames_per_episode")]
-    limits = [int(x) for x in limits if x]
-    return min(limits) if limits else None
+    limit = max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames
+    return frame_cap(gym.registry[env_name].kwargs.get("max_num_frames_per_episode"), limit)
 

@@ -95,6 +95,12 @@ def atomic_write(path: str, write: Callable[[IO], Any], binary: bool = True) -> 
         raise
 
 
+def frame_cap(game_cap: Optional[int], max_episode_frames: Optional[int]) -> Optional[int]:
+    """The emulator frames a game may last: the smaller of the id's own cap and the time limit (None: no cap)."""
+    caps = [int(cap) for cap in (game_cap, max_episode_frames) if cap]
+    return min(caps) if caps else None
+
+
 def probe_writable(directory: str) -> None:
     """Raise ``OSError`` unless a file can be created in ``directory`` (checked before long work, not after)."""
     with tempfile.TemporaryFile(dir=directory):

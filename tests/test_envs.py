@@ -6,6 +6,7 @@ logged game; time limits are truncations with a terminal observation; seeds repr
 """
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -90,6 +91,18 @@ def test_time_limit_is_a_truncation_with_terminal_observation(vec_env):
     for game in results:
         assert game["truncated"] and game["dones"] == 1
         assert 200 <= game["frames"] < 200 + 4 + 30 * 4, "cut at the cap, give or take one frame-skip and no-op starts"
+
+
+@pytest.mark.parametrize("vec_env", PATHS)
+def test_a_time_limit_beyond_the_games_own_cap_leaves_that_cap(vec_env):
+    # An id whose own cap is 240 frames (Pong's is 108,000, too long to play out in a test).
+    env_id = "PongCappedNoFrameskip-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="ale_py.env:AtariEnv",
+                     kwargs={**gym.registry["PongNoFrameskip-v4"].kwargs, "max_num_frames_per_episode": 240})
+    results, _, _ = play_games(env_id, vec_env, games=2, max_episode_frames=1_000)
+    for game in results:
+        assert game["truncated"] and 240 <= game["frames"] < 240 + 4 + 30 * 4, "the id's cap, not 1,000 (plus no-op starts)"
 
 
 def test_ale_path_same_seed_same_games_other_seed_other_games():
