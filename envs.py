@@ -43,7 +43,7 @@ def check_env_id(env_name: str) -> None:
                          f"(ids like PongNoFrameskip-v4 or ALE/Pong-v5)")
 
 
-def _game(env_id: str) -> str:
+def game_of(env_id: str) -> str:
     """'ALE/Pong-v5', 'PongNoFrameskip-v4', 'pong' -> 'pong'."""
     name = env_id.split("/")[-1]
     return re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", name).lower()
@@ -54,8 +54,8 @@ def _close_ids(env_name: str) -> list[str]:
     by_game: dict[str, list[str]] = {}
     for env_id in gym.registry:
         if _is_atari(env_id) and (env_id.endswith("NoFrameskip-v4") or env_id.startswith("ALE/")):
-            by_game.setdefault(_game(env_id), []).append(env_id)
-    games = difflib.get_close_matches(_game(env_name), list(by_game), n=2, cutoff=0.6)
+            by_game.setdefault(game_of(env_id), []).append(env_id)
+    games = difflib.get_close_matches(game_of(env_name), list(by_game), n=2, cutoff=0.6)
     return [env_id for game in games for env_id in sorted(by_game[game], reverse=True)]
 
 

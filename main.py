@@ -227,13 +227,16 @@ def make_run_dir(config: Config) -> str:
 
 def check_checkpoint_fits(checkpoint: dict[str, Any], path: str, obs_shape: Sequence[int], num_actions: int,
                           env_name: str) -> None:
-    """A checkpoint plays only the action set and observations it was trained on."""
+    """A checkpoint plays only the game (in any of its ids), action set and observations it was trained on."""
+    from envs import game_of
     from utils import UsageError
 
     spec = checkpoint["model_spec"]
     if spec["num_actions"] != num_actions:
         raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']} with {spec['num_actions']} "
                          f"actions; {env_name} has {num_actions}")
+    if game_of(env_name) != game_of(checkpoint["env_name"]):
+        raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']}; {env_name} is another game")
     if list(spec["obs_shape"]) != list(obs_shape):
         raise UsageError(f"checkpoint {path} expects observations of shape {tuple(spec['obs_shape'])}, "
                          f"the env gives {tuple(obs_shape)}")

@@ -230,6 +230,11 @@ def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_li
     last = os.path.join(trained_run, "a2c_last")
     message = one_line_error(["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4"])
     assert "6 actions; BreakoutNoFrameskip-v4 has 4" in message
+    message = one_line_error(["--eval", "--load", last, "--env-name", "SpaceInvadersNoFrameskip-v4"])  # 6 actions too
+    assert message.endswith("was trained on PongNoFrameskip-v4; SpaceInvadersNoFrameskip-v4 is another game")
+    # Another id of the same game plays (a v4-trained agent under the v5 id's settings, say).
+    assert cli.main(["--eval", "--load", last, "--env-name", "ALE/Pong-v5", "--episodes", "1",
+                     "--max-episode-frames", "120", "--no-cuda"]) == 0
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--no-recurrent"])
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--n-stack", "2"])
     assert "--env-name PongNoFrameskip-v4" in one_line_error(
