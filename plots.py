@@ -102,7 +102,7 @@ def load_scalars(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     if not os.path.isdir(run_dir):
         what = "is not a directory" if os.path.exists(run_dir) else "not found"
         raise ValueError(f"run directory {what}: {run_dir}")
-    paths = glob.glob(os.path.join(run_dir, EVENT_FILE_PATTERN))
+    paths = glob.glob(os.path.join(glob.escape(run_dir), EVENT_FILE_PATTERN))  # the name is no pattern
     if not paths:
         raise ValueError(f"no TensorBoard event files ({EVENT_FILE_PATTERN}) in {run_dir}{_subdir_hint(run_dir)}")
 
@@ -152,7 +152,8 @@ def _restart_step(path: str) -> Optional[int]:
 
 def _subdir_hint(directory: str) -> str:
     """A hint for when a log directory (holding run directories) was given instead of a run directory."""
-    inner = sorted({os.path.dirname(p) for p in glob.glob(os.path.join(directory, "*", EVENT_FILE_PATTERN))})
+    pattern = os.path.join(glob.escape(directory), "*", EVENT_FILE_PATTERN)
+    inner = sorted({os.path.dirname(p) for p in glob.glob(pattern)})
     if not inner:
         return ""
     return f"; it holds {len(inner)} run director{'y' if len(inner) == 1 else 'ies'} (e.g. {inner[0]}): pass those"

@@ -53,6 +53,14 @@ def test_load_scalars_merges_files_newest_value_wins_sorted_by_step(tmp_path):
     assert [a.tolist() for a in scalars["train/lr"]] == [[0, 4], [0.5, 0.25]]  # only in the older file: kept
 
 
+def test_run_directories_named_like_glob_patterns_are_read(tmp_path):
+    run_dir = tmp_path / "lr[0.001]*"
+    write_scalars(run_dir, {"loss/value": [(0, 1.0), (1, 2.0)]})
+    assert plots.load_scalars(str(run_dir))["loss/value"][1].tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"holds 1 run directory \(e.g. .*lr\[0.001\]\*\)"):
+        plots.load_scalars(str(tmp_path))
+
+
 def test_load_scalars_drops_points_a_resume_purged(tmp_path):
     """main.py resumes with SummaryWriter(purge_step=checkpoint step + 1): later old points are orphans."""
     write_scalars(tmp_path, {"episode/return": [(s, -21.0) for s in (3, 6, 9, 12)],
