@@ -279,7 +279,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from agent import agent_from_config
     from envs import check_env_id, make_vec_env
     from evaluate import PeriodicEvaluator
-    from runner import Runner, TrainingState, save_settings
+    from runner import Runner, TrainingState, catch_up_bests, save_settings
     from utils import UsageError, has_fast_bf16, probe_writable, seed_everything, set_rng_state
 
     if checkpoint is not None:
@@ -315,6 +315,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
                                   checkpoint["best_reward"], tuple(checkpoint["episode_returns"]),
                                   checkpoint.get("best_eval", -math.inf))
+            catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
                                  f"updates; pass a larger --num-updates to train further")

@@ -28,8 +28,8 @@ from tqdm import tqdm
 from agent import A2CAgent
 from config import Config
 from storage import Batch, RolloutStorage
-from utils import (CHECKPOINT_FORMAT, EpisodeStats, atomic_save, atomic_write, explained_variance, linear_schedule,
-                   resident_memory_mib, rng_state)
+from utils import (CHECKPOINT_FORMAT, EpisodeStats, UsageError, atomic_save, atomic_write, explained_variance,
+                   linear_schedule, load_checkpoint, resident_memory_mib, rng_state)
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
 
@@ -43,6 +43,30 @@ class TrainingState:
         self.update, self.step = update, step
         self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
         self.episodes = EpisodeStats(100, episode_returns)
+
+
+BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
+
+
+def catch_up_bests(state: TrainingState, run_dir: str) -> None:
+    """Raise ``state``'s bests to the best any of the run's best checkpoints recorded.
+
+    A run killed hard (SIGKILL, out of memory) leaves an ``a2c_last`` up to
+    ``checkpoint_interval`` updates older than a best checkpoint written after it. Resumed with
+    that ``a2c_last``'s bests alone, the first lesser improvement would overwrite the better
+    checkpoint. A best checkpoint that cannot be read is left to be replaced by the next best.
+    """
+    for name in BEST_CHECKPOINTS:
+        path = os.path.join(run_dir, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            saved = load_checkpoint(path)
+        except UsageError:
+            continue
+        state.best_loss = min(state.best_loss, saved.get("best_loss", math.inf))
+        state.best_reward = max(state.best_reward, saved.get("best_reward", -math.inf))
+        state.best_eval = max(state.best_eval, saved.get("best_eval", -math.inf))
 
 
 # Plays the current policy for whole games on envs of its own and returns their raw scores.

@@ -127,6 +127,23 @@ def test_resume_continues_step_count_and_curves(trained_run, tmp_path):
     assert refused.returncode == 2 and "--num-envs 2" in refused.stderr
 
 
+def test_resume_after_a_hard_kill_keeps_best_checkpoints_written_after_a2c_last(trained_run, tmp_path):
+    run_dir = shutil.copytree(trained_run, tmp_path / "run")
+    # As after SIGKILL: a2c_last predates better bests (here: ones no update can beat).
+    last = torch.load(run_dir / "a2c_last", weights_only=True)
+    torch.save({**last, "best_loss": 1e9, "best_reward": -1e9, "best_eval": -1e9}, run_dir / "a2c_last")
+    for name, key, best in (("a2c_best_loss", "best_loss", -1e9), ("a2c_best_reward", "best_reward", 1e9),
+                            ("a2c_best_eval", "best_eval", 1e9)):
+        saved = torch.load(run_dir / name, weights_only=True)
+        torch.save({**saved, key: best}, run_dir / name)
+    before = {name: (run_dir / name).read_bytes() for name in ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")}
+    result = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 4), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    last = torch.load(run_dir / "a2c_last", weights_only=True)
+    assert (last["best_loss"], last["best_reward"], last["best_eval"]) == (-1e9, 1e9, 1e9)
+
+
 def test_eval_prints_raw_scores(trained_run):
     result = run_cli("--eval", "--load", os.path.join(trained_run, "a2c_best_reward"), "--episodes", "3",
                      "--max-episode-frames", "200", "--no-cuda")
