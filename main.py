@@ -314,7 +314,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             set_rng_state(checkpoint["rng"])
             state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
                                   checkpoint["best_reward"], tuple(checkpoint["episode_returns"]),
-                                  checkpoint.get("best_eval", -math.inf))
+                                  checkpoint.get("best_eval", -math.inf),
+                                  checkpoint.get("episode_count", len(checkpoint["episode_returns"])))
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "

@@ -56,7 +56,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
                          np_state["has_gauss"], np_state["gauss"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # One state a GPU the run was saved with; a machine with fewer GPUs restores those it has.
+        for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
 
 
 def _as_tuples(value: Any) -> Any:

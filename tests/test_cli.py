@@ -120,8 +120,11 @@ def test_resume_continues_step_count_and_curves(trained_run, tmp_path):
     assert result.returncode == 0, result.stderr
     last = torch.load(run_dir / "a2c_last", weights_only=True)
     assert (last["update"], last["step"]) == (UPDATES + 4, (UPDATES + 4) * 10)
-    steps = [step for step, _ in scalars(str(run_dir))["loss/total"]]
+    curves = scalars(str(run_dir))
+    steps = [step for step, _ in curves["loss/total"]]
     assert steps == [20, 40, 60, 80, 100, 120]  # continued, nothing repeated
+    before = torch.load(os.path.join(trained_run, "a2c_last"), weights_only=True)["episode_count"]
+    assert 0 < before < last["episode_count"] == len(curves["episode/return"])  # counted on, not from zero
     # Settings that define the run cannot change under it.
     refused = run_cli("--resume", str(run_dir / "a2c_last"), "--num-envs", "4")
     assert refused.returncode == 2 and "--num-envs 2" in refused.stderr

@@ -177,6 +177,16 @@ def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
     assert (np.random.rand(), torch.rand(1).item(), __import__("random").random()) == expected
 
 
+def test_rng_state_of_more_gpus_than_this_machine_has_restores_those_it_has(monkeypatch):
+    saved = {**utils.rng_state(), "cuda": [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]}
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((int(state[0]), device)))
+    utils.set_rng_state(saved)
+    assert restored == [(0, 0), (1, 1)]
+
+
 def test_v5_ids_skip_frames_once():
     envs = make_vec_env("ALE/Pong-v5", 1, 4, seed=0, vec_env="dummy")
     assert envs.observation_space.shape == (4, 84, 84)
