@@ -120,20 +120,21 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
     obs = torch.as_tensor(envs.reset(), device=device)
     state = model.initial_state(n, device)
     episode_starts = torch.ones(n, device=device)
-    while any(p < t for p, t in zip(played, targets)):
-        logits, _, state = model(obs, state, episode_starts)
-        if deterministic:
-            actions = logits.argmax(dim=-1)
-        else:
-            actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
-        obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
-        for i, info in enumerate(infos):
-            if "episode" in info and played[i] < targets[i]:
-                result.scores.append(float(info["episode"]["r"]))
-                result.lengths.append(int(info["episode"].get("l", 0)))
-                played[i] += 1
-        obs = torch.as_tensor(obs_np, device=device)
-        episode_starts = torch.as_tensor(dones, dtype=torch.float32, device=device)
+    with model.casting_once():  # a bfloat16 encoder casts its weights once, not at every step
+        while any(p < t for p, t in zip(played, targets)):
+            logits, _, state = model(obs, state, episode_starts)
+            if deterministic:
+                actions = logits.argmax(dim=-1)
+            else:
+                actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+            obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
+            for i, info in enumerate(infos):
+                if "episode" in info and played[i] < targets[i]:
+                    result.scores.append(float(info["episode"]["r"]))
+                    result.lengths.append(int(info["episode"].get("l", 0)))
+                    played[i] += 1
+            obs = torch.as_tensor(obs_np, device=device)
+            episode_starts = torch.as_tensor(dones, dtype=torch.float32, device=device)
     return result
 
 

@@ -4,6 +4,7 @@ Games are capped at a few hundred emulator frames so each one ends within a seco
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -167,6 +168,31 @@ def test_deterministic_play_takes_argmax_and_repeats_exactly():
     # Sampled play is not argmax play (the check above can tell them apart).
     _, logits, sampled = play(False, torch_seed=1)
     assert (sampled != torch.stack(logits).argmax(-1).numpy()).any()
+
+
+def test_a_bfloat16_agent_casts_its_weights_once_a_game_and_plays_the_same(monkeypatch):
+    from test_speed import WeightCasts
+
+    def play():
+        envs = make_eval_envs(GAME, 2, seed=3, protocol="classic", max_episode_frames=FRAMES)
+        try:
+            torch.manual_seed(0)
+            model = RecordingModel(envs.observation_space.shape, int(envs.action_space.n), recurrent=False,
+                                   arch="nature", bf16=True)
+            model.trace = []
+            with WeightCasts(model.encoder.parameters()) as casts:
+                result = evaluate(model, envs, episodes=2, deterministic=True)
+        finally:
+            envs.close()
+        return result, torch.stack(model.trace), casts.count
+
+    once, logits_once, casts_once = play()
+    monkeypatch.setattr(ActorCritic, "casting_once", lambda self: contextlib.nullcontext())
+    each, logits_each, casts_each = play()
+    weights, steps = 8, len(logits_each)  # the 4 layers' weights and biases; a step a trace entry
+    assert (casts_once, casts_each) == (weights, weights * steps) and steps > 10
+    assert torch.equal(logits_once, logits_each)  # the same bfloat16 weights: the same play
+    assert (once.scores, once.lengths) == (each.scores, each.lengths)
 
 
 # ------------------------------------------------------------------------------------------------ video
