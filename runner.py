@@ -224,6 +224,10 @@ class Runner:
                 self.agent.set_lr(scheduled_lr(cfg, st.update))
                 self.new_episodes = 0
                 batch = self.collect()
+                if self.new_episodes and st.episodes.mean > st.best_reward:
+                    # The weights that played this rollout, saved before the update changes them.
+                    st.best_reward = st.episodes.mean
+                    self.save("a2c_best_reward", full=False)
                 stats = self.agent.update(batch, before_step=self._maybe_save_best_loss)
                 st.update += 1
                 st.step += cfg.steps_per_update
@@ -259,9 +263,6 @@ class Runner:
                     self.writer.add_histogram("rollout/returns", batch.returns, st.step)
                 if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
                     self.evaluate()
-                if self.new_episodes and st.episodes.mean > st.best_reward:
-                    st.best_reward = st.episodes.mean
-                    self.save("a2c_best_reward", full=False)
                 if st.update % cfg.checkpoint_interval == 0:
                     self.save("a2c_last")
                 bar.update(cfg.steps_per_update)

@@ -80,6 +80,30 @@ def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path
     assert all(torch.equal(saved["model"][k], weights[k]) for k in weights)
 
 
+def test_best_reward_checkpoint_holds_the_weights_that_played_the_rollout_where_the_mean_peaked(tmp_path):
+    runner = build_runner(small_config(num_updates=12, recurrent=False), tmp_path)
+    rollouts = []  # (the mean of the last 100 games after the rollout, the weights that collected it)
+    collect = runner.collect
+
+    def spy():
+        weights = {k: v.clone() for k, v in runner.agent.model.state_dict().items()}
+        batch = collect()
+        rollouts.append((runner.state.episodes.mean, weights))
+        return batch
+
+    runner.collect = spy
+    runner.train()
+    runner.envs.close()
+    saved = torch.load(os.path.join(tmp_path, "a2c_best_reward"), weights_only=True)
+    means = [mean for mean, _ in rollouts]
+    played = [i for i, mean in enumerate(means) if not math.isnan(mean)]  # nan: no game over yet
+    peak = max(played, key=lambda i: (means[i], -i))  # the first rollout to reach the best mean
+    assert 0 < peak < len(rollouts) - 1  # (for this seed) the weights after it are others
+    assert saved["best_reward"] == means[peak] and saved["update"] == peak
+    assert all(torch.equal(saved["model"][k], v) for k, v in rollouts[peak][1].items())
+    assert not all(torch.equal(saved["model"][k], v) for k, v in rollouts[peak + 1][1].items())
+
+
 def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones(tmp_path):
     """At a truncated step the return's reward is the env reward + gamma * V(terminal obs); other dones add nothing."""
     config = small_config(recurrent=False, max_episode_frames=60)
