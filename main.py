@@ -107,7 +107,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     mode.add_argument("--eval", action="store_true", default=False if with_defaults else argparse.SUPPRESS,
                       help="play a saved agent (--load) and print its raw scores instead of training")
     mode.add_argument("--load", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
-                      help="checkpoint to play with --eval (any of a2c_best_loss, a2c_best_reward, a2c_last)")
+                      help="checkpoint to play with --eval (a2c_best_reward, a2c_best_eval, a2c_best_loss or "
+                           "a2c_last)")
     mode.add_argument("--episodes", type=positive_int, default=10 if with_defaults else argparse.SUPPRESS,
                       metavar="N", help="episodes to play with --eval")
     policy = mode.add_mutually_exclusive_group()
