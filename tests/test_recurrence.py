@@ -159,10 +159,19 @@ def test_value_leaves_callers_state_unchanged_and_returns_only_values(starts):
     model = make_model()
     state = rand_state(2)
     before = tuple(s.clone() for s in state)
-    out = model.value(rand_obs(2), state, torch.tensor(starts))
+    obs = rand_obs(2)
+    out = model.value(obs, state, torch.tensor(starts))
     assert isinstance(out, torch.Tensor) and out.shape == (2,)
     for s, b in zip(state, before):
         assert torch.equal(s, b)
+    # The forward pass's values, episode starts included (env 0 reads a zero state when it starts).
+    assert torch.equal(out, model(obs, state, torch.tensor(starts))[1])
+    if starts[0]:  # (one env alone computes in another order: equal to float rounding)
+        with torch.no_grad():
+            fresh = float(model.value(obs[:1], model.initial_state(1), torch.zeros(1)))
+            carried = float(model.value(obs[:1], tuple(s[:1] for s in state), torch.zeros(1)))
+            assert float(out[0]) == pytest.approx(fresh, abs=1e-6)
+            assert float(out[0]) != pytest.approx(carried, abs=1e-4)
 
 
 # ----------------------------------------------------------------------------- rollout boundary

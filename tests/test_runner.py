@@ -104,22 +104,34 @@ def test_best_reward_checkpoint_holds_the_weights_that_played_the_rollout_where_
     assert not all(torch.equal(saved["model"][k], v) for k, v in rollouts[peak + 1][1].items())
 
 
-def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones(tmp_path):
-    """At a truncated step the return's reward is the env reward + gamma * V(terminal obs); other dones add nothing."""
-    config = small_config(recurrent=False, max_episode_frames=60)
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones(tmp_path, recurrent):
+    """At a truncated step the return's reward is the env reward + gamma * V(terminal obs); other dones add nothing.
+
+    The terminal observation continues its episode: a recurrent agent values it from the state
+    that the truncated step produced (not a fresh one, not another env's)."""
+    config = small_config(recurrent=recurrent, max_episode_frames=60)
     runner = build_runner(config, tmp_path)
-    raw = []
+    raw, states = [], []  # each step's env outputs, and the recurrent state the step produced
     step = runner.envs.step
+    act = runner.agent.act_with_graph
+
+    def recording_act(obs, state, starts):
+        out = act(obs, state, starts)
+        states.append(tuple(s.detach().clone() for s in out[-1]))
+        return out
 
     def recording_step(actions):
         out = step(actions)
         raw.append(out)
         return out
 
+    runner.agent.act_with_graph = recording_act
     runner.envs.step = recording_step
     seen_truncation = False
     for _ in range(6):
         raw.clear()
+        states.clear()
         batch = runner.collect()
         storage = runner.storage
         for t, (obs, rewards, dones, infos) in enumerate(raw):
@@ -128,8 +140,14 @@ def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones
                 if dones[i] and infos[i].get("TimeLimit.truncated"):
                     seen_truncation = True
                     terminal = torch.as_tensor(infos[i]["terminal_observation"][None])
+                    state = tuple(s[i:i + 1] for s in states[t])
                     with torch.no_grad():
-                        expected += config.gamma * float(runner.agent.model.value(terminal, (), torch.zeros(1)))
+                        value = float(runner.agent.model.value(terminal, state, torch.zeros(1)))
+                        if recurrent:  # the state matters: a fresh one gives another value
+                            fresh = runner.agent.model.value(terminal, runner.agent.model.initial_state(1),
+                                                             torch.zeros(1))
+                            assert float(fresh) != pytest.approx(value, abs=1e-6)
+                    expected += config.gamma * value
                 assert float(storage.rewards[t, i]) == float(rewards[i])  # the env's reward, untouched
                 assert float(storage.rewards[t, i] + storage.bootstrap[t, i]) == pytest.approx(expected, abs=1e-6)
                 assert float(storage.dones[t, i]) == float(dones[i])
@@ -297,6 +315,7 @@ def test_undefined_explained_variance_does_not_poison_the_logged_mean(tmp_path):
     runner.collect = collect_with_one_constant_rollout
     runner.train()
     runner.envs.close()
-    assert len(logged["train/explained_variance"]) == 1
-    assert math.isfinite(logged["train/explained_variance"][0])
-    assert math.isfinite(logged["loss/total"][0])
+    history = [h["explained_variance"] for h in runner.history]
+    assert math.isnan(history[1]) and all(math.isfinite(v) for i, v in enumerate(history) if i != 1)
+    assert logged["train/explained_variance"] == [pytest.approx((history[0] + history[2] + history[3]) / 3)]
+    assert logged["loss/total"] == [pytest.approx(sum(h["total"] for h in runner.history) / 4)]
