@@ -130,6 +130,28 @@ def test_resume_continues_step_count_and_curves(trained_run, tmp_path):
     assert refused.returncode == 2 and "--num-envs 2" in refused.stderr
 
 
+def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_path, monkeypatch):
+    import runner as runner_module
+    import utils
+
+    run_dir = shutil.copytree(trained_run, tmp_path / "run")
+    saved = torch.load(run_dir / "a2c_last", weights_only=True)
+    seen = {}
+
+    def train(self):  # where training would begin: what it would begin from
+        seen["optimizer"], seen["rng"] = self.agent.optimizer.state_dict(), utils.rng_state()
+        return self.state
+    monkeypatch.setattr(runner_module.Runner, "train", train)
+    assert cli.main(["--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1)]) == 0
+    assert seen["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() != set()
+    for index, state in saved["optimizer"]["state"].items():
+        assert all(torch.equal(seen["optimizer"]["state"][index][k], v) for k, v in state.items())
+    assert torch.equal(seen["rng"]["torch"], saved["rng"]["torch"])
+    assert torch.equal(seen["rng"]["numpy"]["keys"], saved["rng"]["numpy"]["keys"])
+    assert seen["rng"]["numpy"]["pos"] == saved["rng"]["numpy"]["pos"]
+    assert seen["rng"]["python"] == utils._as_tuples(saved["rng"]["python"])
+
+
 def test_resume_after_a_hard_kill_keeps_best_checkpoints_written_after_a2c_last(trained_run, tmp_path):
     run_dir = shutil.copytree(trained_run, tmp_path / "run")
     # As after SIGKILL: a2c_last predates better bests (here: ones no update can beat).

@@ -170,6 +170,35 @@ def test_deterministic_play_takes_argmax_and_repeats_exactly():
     assert (sampled != torch.stack(logits).argmax(-1).numpy()).any()
 
 
+def test_the_recurrent_state_starts_afresh_where_an_episode_ended():
+    class StartsModel(ActorCritic):
+        def forward(self, obs, state, episode_starts):
+            self.seen.append(episode_starts.clone())
+            return super().forward(obs, state, episode_starts)
+
+    envs = make_eval_envs("BreakoutNoFrameskip-v4", 2, seed=4, protocol="classic", max_episode_frames=FRAMES)
+    dones = []
+    step = envs.step
+
+    def recording_step(actions):
+        out = step(actions)
+        dones.append(torch.as_tensor(out[2], dtype=torch.float32))
+        return out
+
+    envs.step = recording_step
+    try:
+        torch.manual_seed(0)
+        model = StartsModel(envs.observation_space.shape, int(envs.action_space.n), hidden_size=32)
+        model.seen = []
+        evaluate(model, envs, episodes=4)
+    finally:
+        envs.close()
+    starts = torch.stack(model.seen)
+    assert torch.equal(starts[0], torch.ones(2))  # every env starts an episode
+    assert torch.equal(starts[1:], torch.stack(dones[:-1]))  # then exactly where the last step ended one
+    assert 4 <= int(starts[1:].sum()) < starts[1:].numel()  # lost lives and capped games, mid-play
+
+
 def test_a_bfloat16_agent_casts_its_weights_once_a_game_and_plays_the_same(monkeypatch):
     from test_speed import WeightCasts
 
