@@ -23,6 +23,14 @@ def torch_single_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A test that runs ``main`` in-process with ``--threads N`` leaves torch's thread count as it found it."""
+    previous = torch.get_num_threads()
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture
 def one_line_error(capsys):
     """``one_line_error(argv)`` runs ``main`` in-process and returns its error line.

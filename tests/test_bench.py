@@ -110,11 +110,15 @@ def test_a_process_started_inside_environment_sees_its_variables_and_they_are_re
     assert os.environ["BENCH_SET"] == "before" and os.environ["BENCH_UNSET"] == "before"
 
 
-@pytest.mark.parametrize("argv", [["--vec-env", "dummy"], ["--sb3-vec-env", "ale"]])
-def test_refuses_bad_flags(argv, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--vec-env", "dummy"], "unrecognized arguments: --vec-env dummy"),  # it is --ours-vec-env
+    (["--sb3-vec-env", "ale"], "argument --sb3-vec-env: invalid choice: 'ale'"),  # SB3 has no ale path
+])
+def test_refuses_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
     assert exc.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_a_tiny_run_prints_its_table_and_memory(capsys):

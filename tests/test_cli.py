@@ -196,8 +196,14 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     proc = subprocess.Popen([sys.executable, "-u", "main.py", *SMALL, "--num-updates", "100000", "--log-dir",
                              str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().startswith("run directory:")
-        time.sleep(4)  # some updates happen
+        line = proc.stdout.readline()
+        assert line.startswith("run directory:")
+        # a2c_best_loss is written within the first update, after the signal handlers are in place.
+        best_loss = os.path.join(line.split(":", 1)[1].strip(), "a2c_best_loss")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(best_loss) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert os.path.exists(best_loss)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

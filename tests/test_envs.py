@@ -78,13 +78,13 @@ def test_logged_returns_are_raw_full_game_scores(vec_env):
 @pytest.mark.parametrize("vec_env", PATHS)
 def test_breakout_game_spans_five_lives(vec_env):
     results, _, _ = play_games("BreakoutNoFrameskip-v4", vec_env, games=2)
-    assert [g["dones"] for g in results] == [5] * len(results)
+    assert len(results) >= 2 and [g["dones"] for g in results] == [5] * len(results)
 
 
 @pytest.mark.parametrize("vec_env", PATHS)
 def test_time_limit_is_a_truncation_with_terminal_observation(vec_env):
     results, _, truncations = play_games("PongNoFrameskip-v4", vec_env, games=2, max_episode_frames=200)
-    assert truncations, "the 200-frame cap must truncate Pong games"
+    assert truncations and len(results) >= 2, "the 200-frame cap must truncate Pong games"
     for info in truncations:
         assert info["terminal_observation"].shape == (4, 84, 84)
         assert info["terminal_observation"].dtype == np.uint8
@@ -101,6 +101,7 @@ def test_a_time_limit_beyond_the_games_own_cap_leaves_that_cap(vec_env):
         gym.register(env_id, entry_point="ale_py.env:AtariEnv",
                      kwargs={**gym.registry["PongNoFrameskip-v4"].kwargs, "max_num_frames_per_episode": 240})
     results, _, _ = play_games(env_id, vec_env, games=2, max_episode_frames=1_000)
+    assert len(results) >= 2
     for game in results:
         assert game["truncated"] and 240 <= game["frames"] < 240 + 4 + 30 * 4, "the id's cap, not 1,000 (plus no-op starts)"
 

@@ -33,11 +33,15 @@ def test_the_runs_share_everything_but_their_variant_flags():
     assert differ == ["out/float32"] and fast[len(plain):] == ["--bf16"]
 
 
-@pytest.mark.parametrize("argv", [["--variants", "a=--bf16", "a="], ["--variants", "oops", "b="]])
-def test_refuses_bad_variants(argv):
+@pytest.mark.parametrize("argv, message", [
+    (["--variants", "a=--bf16", "a="], "--variants: give the two runs different names"),
+    (["--variants", "oops", "b="], "expected NAME=FLAGS with a plain NAME, got 'oops'"),
+])
+def test_refuses_bad_variants(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
     assert exc.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_first_reach_is_the_step_of_the_first_full_window_whose_mean_reaches_the_score():
