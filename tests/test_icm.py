@@ -279,6 +279,10 @@ def test_checkpoints_carry_icm_and_optimizer_and_play_without_it(tmp_path):
     assert resumed.intrinsic is not None
     for a, b in zip(resumed.intrinsic.state_dict().values(), agent.intrinsic.state_dict().values()):
         assert torch.equal(a, b)
+    saved_state, resumed_state = agent.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert resumed_state.keys() == saved_state.keys()  # the ICM's RMSprop state too, loaded back
+    for index, state in saved_state.items():
+        assert all(torch.equal(resumed_state[index][k], v) for k, v in state.items())
     best = torch.load(os.path.join(tmp_path, "a2c_best_loss"), weights_only=True)
     assert "intrinsic" not in best
     model = load_model(os.path.join(tmp_path, "a2c_best_loss"))

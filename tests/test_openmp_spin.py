@@ -22,6 +22,7 @@ def test_a_tiny_run_times_each_setting_alone_and_taking_turns():
     rows = {line.split()[0]: [float(x) for x in line.split()[1:]] for line in lines[2:]}
     assert list(rows) == ["default", "0"]
     for values in rows.values():
-        assert len(values) == len(COLUMNS) + 1 and all(v > 0 for v in values)
         send, recv = values[COLUMNS.index("send")], values[COLUMNS.index("recv")]
+        # (a bare send can take under 0.005 ms, which prints as 0.00)
+        assert len(values) == len(COLUMNS) + 1 and all(v >= 0 for v in values) and recv > 0 and values[-1] > 0
         assert abs(values[-1] - (send + recv)) <= 0.011  # the step is its two halves (each printed to 0.01 ms)
