@@ -129,3 +129,25 @@ def test_runner_trains_on_the_ale_path(make_runner, tmp_path):
     assert state.step == 30 * config.steps_per_update
     assert state.episodes.count > 0, "200-frame games end within the run and are logged"
     assert all(np.isfinite(h["total"]) for h in runner.history)
+
+
+def test_subproc_path_plays_the_same_games_as_dummy():
+    # The same SB3 wrappers, one process per env: the same seeds give the same frames and rewards.
+    def play(vec_env):
+        envs = make_vec_env("BreakoutNoFrameskip-v4", 2, seed=5, vec_env=vec_env, max_episode_frames=400)
+        try:
+            frames, rewards, dones = [envs.reset()], [], []
+            rng = np.random.default_rng(0)
+            for _ in range(120):
+                obs, reward, done, _ = envs.step(rng.integers(4, size=2))
+                frames.append(obs)
+                rewards.append(reward)
+                dones.append(done)
+        finally:
+            envs.close()
+        return np.stack(frames), np.stack(rewards), np.stack(dones)
+
+    dummy, subproc = play("dummy"), play("subproc")
+    assert dummy[2].any()  # an episode ended within the 120 steps, so resets are compared too
+    for a, b in zip(dummy, subproc):
+        np.testing.assert_array_equal(a, b)
