@@ -316,7 +316,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
                                   checkpoint["best_reward"], tuple(checkpoint["episode_returns"]),
                                   checkpoint.get("best_eval", -math.inf),
-                                  checkpoint.get("episode_count", len(checkpoint["episode_returns"])))
+                                  checkpoint.get("episode_count"))
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "

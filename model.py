@@ -97,8 +97,9 @@ class BatchedGradLinear(nn.Linear):
     are where autograd would have put them: the same sum, added in another order, so equal to
     float rounding (a ``torch.autograd.grad`` call through such passes would put them in
     ``.grad`` too; a backward call that fails adds nothing of this layer's weight gradient to
-    ``.grad``, where autograd leaves the part it computed before failing). Under autocast (``bf16``) the layer computes as ``nn.Linear`` always (its
-    backward would need autocast's bfloat16 copy of the weight, which autocast keeps to itself).
+    ``.grad``, where autograd leaves the part it computed before failing). Under autocast
+    (``bf16``) the layer computes as ``nn.Linear`` always (its backward would need autocast's
+    bfloat16 copy of the weight, which autocast keeps to itself).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:

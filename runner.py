@@ -39,11 +39,12 @@ class TrainingState:
 
     def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
                  best_reward: float = -math.inf, episode_returns: tuple[float, ...] = (),
-                 best_eval: float = -math.inf, episode_count: int = 0) -> None:
+                 best_eval: float = -math.inf, episode_count: Optional[int] = None) -> None:
         self.update, self.step = update, step
         self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
         self.episodes = EpisodeStats(100, episode_returns)
-        self.episodes.count = episode_count
+        # All the games finished so far (the returns keep the last 100 of them).
+        self.episodes.count = len(self.episodes.returns) if episode_count is None else episode_count
 
 
 BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
