@@ -140,9 +140,12 @@ def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_
 
     def train(self):  # where training would begin: what it would begin from
         seen["optimizer"], seen["rng"] = self.agent.optimizer.state_dict(), utils.rng_state()
+        seen["lr"], seen["entropy_coeff"] = runner_module.scheduled_lr(self.config, 0), self.agent.entropy_coeff
         return self.state
     monkeypatch.setattr(runner_module.Runner, "train", train)
-    assert cli.main(["--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1)]) == 0
+    assert cli.main(["--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1),
+                     "--lr", "3e-4", "--entropy-coeff", "0.02"]) == 0
+    assert (seen["lr"], seen["entropy_coeff"]) == (3e-4, 0.02)  # typed settings apply from the resume on
     assert seen["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() != set()
     for index, state in saved["optimizer"]["state"].items():
         assert all(torch.equal(seen["optimizer"]["state"][index][k], v) for k, v in state.items())
