@@ -42,9 +42,7 @@ class TrainingState:
                  best_eval: float = -math.inf, episode_count: Optional[int] = None) -> None:
         self.update, self.step = update, step
         self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
-        self.episodes = EpisodeStats(100, episode_returns)
-        # All the games finished so far (the returns keep the last 100 of them).
-        self.episodes.count = len(self.episodes.returns) if episode_count is None else episode_count
+        self.episodes = EpisodeStats(100, episode_returns, episode_count)
 
 
 BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
@@ -120,7 +118,7 @@ class Runner:
 
     def collect(self) -> Batch:
         """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
-        cfg, agent, storage = self.config, self.agent, self.storage
+        agent, storage = self.agent, self.storage
         # Truncated backpropagation through time: no gradient flows into the previous rollout.
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)

@@ -9,7 +9,7 @@ import pickle
 import random
 import tempfile
 from collections import deque
-from typing import IO, Any, Callable, Iterable
+from typing import IO, Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
@@ -154,9 +154,10 @@ def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> floa
 class EpisodeStats:
     """Raw (unclipped, full-game) episode returns and lengths, with a moving window for the mean."""
 
-    def __init__(self, window: int = 100, history: Iterable[float] = ()) -> None:
+    def __init__(self, window: int = 100, history: Iterable[float] = (), count: Optional[int] = None) -> None:
         self.returns: deque[float] = deque(history, maxlen=window)
-        self.count = 0
+        # All the episodes added so far (the window keeps the last of them); by default those of ``history``.
+        self.count = len(self.returns) if count is None else count
 
     def add(self, episode_return: float) -> None:
         self.returns.append(float(episode_return))
