@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from torch.distributions import Categorical
 
-from config import Config
+from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
 from model import ActorCritic, State
 from storage import Batch, RolloutStorage
@@ -31,13 +31,45 @@ def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
     return {"total": total, "policy": policy, "value": value, "entropy": entropy}
 
 
+class RMSpropTF(torch.optim.Optimizer):
+    """RMSprop as TensorFlow computes it: the form the A2C settings (lr 7e-4, alpha 0.99, eps 1e-5) come from.
+
+    ``v <- alpha * v + (1 - alpha) * g**2`` with ``v`` starting at 1, then ``w <- w - lr * g / sqrt(v + eps)``.
+
+    ``torch.optim.RMSprop`` starts ``v`` at 0, so its first step moves every weight by
+    ``lr / sqrt(1 - alpha)`` (10 x lr) in the direction of its gradient's sign, however small the
+    gradient; on Pong those first updates blow up the conv features and saturate the LSTM's gates
+    for good (docs/recurrent.md). Starting at 1, the first steps are plain gradient steps of size lr.
+    """
+
+    def __init__(self, params: Any, lr: float = 7e-4, alpha: float = 0.99, eps: float = 1e-5) -> None:
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["square_avg"] = torch.ones_like(param, memory_format=torch.preserve_format)
+                square_avg = state["square_avg"]
+                square_avg.mul_(group["alpha"]).addcmul_(param.grad, param.grad, value=1 - group["alpha"])
+                param.addcdiv_(param.grad, (square_avg + group["eps"]).sqrt_(), value=-group["lr"])
+
+
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    """RMSprop as in the A2C paper's published settings (alpha 0.99, eps 1e-5), or Adam."""
+    """``rmsprop``: :class:`RMSpropTF` (alpha 0.99, eps 1e-5); ``adam``: Adam (eps 1e-5);
+    ``torch-rmsprop``: ``torch.optim.RMSprop`` (alpha 0.99, eps 1e-5), what checkpoints before
+    :class:`RMSpropTF` were trained with."""
     if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+        return RMSpropTF(params, lr=lr, alpha=0.99, eps=1e-5)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=1e-5)
-    raise ValueError(f"unknown optimizer {name!r} (rmsprop or adam)")
+    if name == "torch-rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+    raise ValueError(f"unknown optimizer {name!r} (one of {', '.join(OPTIMIZERS)})")
 
 
 class A2CAgent:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
+OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop")  # see agent.make_optimizer
 # Seeds are below 2**30, so every env seed made from one (seed + env index, + 1,000,000 for the
 # evaluation envs, the offset of a resumed run) stays below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
@@ -54,7 +55,9 @@ class Config:
     max_grad_norm: float = 0.5
     """Gradients are clipped to this global norm."""
     optimizer: str = "rmsprop"
-    """rmsprop (alpha 0.99, eps 1e-5) or adam (eps 1e-5)."""
+    """rmsprop: RMSprop as TensorFlow computes it (the square average starts at 1; alpha 0.99, eps 1e-5),
+    the form the A2C settings were tuned with; adam (eps 1e-5); torch-rmsprop: torch.optim.RMSprop
+    (the square average starts at 0), what runs before this option existed trained with."""
     lr: float = 7e-4
     """Learning rate."""
     lr_schedule: str = "constant"

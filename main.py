@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import ARCHS, SEED_LIMIT, Config, field_doc
+from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, field_doc
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
@@ -77,7 +77,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--value-coeff", field="value_coeff", type=non_negative)
     flag("--entropy-coeff", field="entropy_coeff", type=non_negative)
     flag("--max-grad-norm", "--max-grad_norm", field="max_grad_norm", type=positive_float)
-    flag("--optimizer", field="optimizer", choices=["rmsprop", "adam"])
+    flag("--optimizer", field="optimizer", choices=list(OPTIMIZERS))
     flag("--lr", field="lr", type=positive_float)
     flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
     switch("--icm", "icm")

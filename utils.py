@@ -129,12 +129,27 @@ def load_checkpoint(path: str) -> dict[str, Any]:
             raise UsageError(f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
                              f"values; refused (weights_only)") from None
         raise UsageError(f"cannot read checkpoint {path}: truncated or corrupt file") from None
-    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in (CHECKPOINT_FORMAT, *OLDER_FORMATS):
         raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
+    return upgraded(data)
+
+
+CHECKPOINT_FORMAT = "recurrent-a2c/2"
+OLDER_FORMATS = ("recurrent-a2c/1",)
+
+
+def upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of an older format in the current one, meaning what it meant when it was written.
+
+    Format 1 named ``torch.optim.RMSprop`` "rmsprop"; that name is now the TensorFlow form, so a
+    format-1 run is resumed with the optimizer (and the optimizer state) it was trained with.
+    """
+    if data["format"] == "recurrent-a2c/1":
+        for holder, key in ((data.get("config", {}), "optimizer"), (data, "optimizer_name")):
+            if holder.get(key) == "rmsprop":
+                holder[key] = "torch-rmsprop"
+        data["format"] = CHECKPOINT_FORMAT
     return data
-
-
-CHECKPOINT_FORMAT = "recurrent-a2c/1"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from agent import a2c_loss, agent_from_config, load_agent, load_model
+from agent import a2c_loss, agent_from_config, load_agent, load_model, make_optimizer
 from config import Config
 from icm import ICM, RunningStd
 from model import ActorCritic
@@ -204,13 +204,13 @@ def test_icm_rewards_join_returns_and_vanish_at_episode_ends():
 
 
 def test_no_icm_update_is_bit_for_bit_plain_a2c():
-    """With curiosity off the agent's update equals a by-hand A2C step: same loss, clip and RMSprop."""
+    """With curiosity off the agent's update equals a by-hand A2C step: same loss, clip and optimizer step."""
     torch.manual_seed(0)
     config = small_config(icm=False)
     agent = agent_from_config(config, (1, 42, 42), 2)
     assert agent.intrinsic is None and len(agent.params) == len(list(agent.model.parameters()))
     reference = copy.deepcopy(agent.model)
-    optimizer = torch.optim.RMSprop(reference.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
+    optimizer = make_optimizer(config.optimizer, reference.parameters(), config.lr)
     storage = filled_storage()
     batch = agent.make_batch(storage)
     assert batch.reward_parts == {} and batch.next_obs is None
