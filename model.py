@@ -294,6 +294,28 @@ class ActorCritic(nn.Module):
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
         return self.forward(obs, state, episode_starts)[1]
 
+    @torch.inference_mode()
+    def core_health(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> dict[str, float]:
+        """How alive the encoder and the recurrent core are on one step of N envs (N >= 2).
+
+        ``feature_mean_abs``: mean |feature| of the encoder; ``gate_saturation``: share of the LSTM's
+        gate pre-activations beyond +-3 (sigmoid 0.95, tanh 0.995), where their gradient nearly
+        vanishes; ``output_std`` and ``value_std``: spread across envs of the core's output (mean
+        over units) and of the value. A dead core gives the same output for every frame: its
+        output and value spreads fall to ~0 while its gates saturate.
+        """
+        features = self.encode(obs)
+        health = {"feature_mean_abs": float(features.abs().mean())}
+        out, _ = self._core(features, state, episode_starts)
+        if self.recurrent:
+            keep = (1.0 - episode_starts).unsqueeze(1)
+            gates = F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
+                F.linear(state[0] * keep, self.lstm.weight_hh, self.lstm.bias_hh)
+            health["gate_saturation"] = float((gates.abs() > 3).float().mean())
+        health["output_std"] = float(out.std(0).mean())
+        health["value_std"] = float(self.critic(out).std())
+        return health
+
     def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """T steps for N envs at once: ``obs [T, N, ...]``, ``episode_starts [T, N]``.
 

@@ -32,6 +32,9 @@ from utils import (CHECKPOINT_FORMAT, EpisodeStats, UsageError, atomic_save, ato
                    linear_schedule, load_checkpoint, resident_memory_mib, rng_state)
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
+# Below this spread across envs (with most gates saturated) the LSTM's output no longer depends on
+# the frames: 0.007 for a fresh network on Pong, 1e-5 and less for one whose gates saturated.
+DEAD_CORE_OUTPUT_STD = 1e-4
 
 
 class TrainingState:
@@ -100,6 +103,7 @@ class Runner:
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop_requested = False
         self.stop_reason = ""
+        self.warned_dead_core = False
         self.new_episodes = 0  # episodes finished in the current update
         self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
         self.reward_part_sums: dict[str, torch.Tensor] = {}
@@ -255,6 +259,7 @@ class Runner:
                     fps = (st.step - tic_step) / max(now - tic, 1e-9)
                     tic, tic_step = now, st.step
                     self._log_scalars({k: total / count for k, (total, count) in interval.items()}, fps)
+                    self._log_core_health()
                     interval, interval_updates = {}, 0
                 if self.writer is not None and st.update % cfg.histogram_interval == 0:
                     self.writer.add_histogram("rollout/advantages", batch.advantages, st.step)
@@ -286,6 +291,21 @@ class Runner:
         w.add_scalar("train/lr", self.agent.lr, step)
         w.add_scalar("train/steps_per_second", fps, step)
         w.add_scalar("train/resident_memory_mib", resident_memory_mib(), step)
+
+    def _log_core_health(self) -> None:
+        """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
+        ``ActorCritic.core_health``); warns once if the LSTM has collapsed to one output for all frames."""
+        if self.config.num_envs < 2:
+            return
+        health = self.agent.model.core_health(self.obs, self.recurrent_state, self.episode_starts)
+        for name, value in health.items():
+            self.writer.add_scalar(f"core/{name}", value, self.state.step)
+        if (not self.warned_dead_core and health.get("gate_saturation", 0.0) > 0.5
+                and health["output_std"] < DEAD_CORE_OUTPUT_STD):
+            self.warned_dead_core = True
+            tqdm.write(f"warning: the LSTM gives the same output for every env (spread {health['output_std']:.1e}, "
+                       f"{health['gate_saturation']:.0%} of its gates saturated): the policy no longer sees the "
+                       f"screen; see core/ in TensorBoard", file=sys.stderr)
 
     def evaluate(self) -> float:
         """Play the current policy on the evaluator's envs; log the scores; keep the best as a2c_best_eval."""

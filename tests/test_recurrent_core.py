@@ -1,0 +1,124 @@
+"""The recurrent default stays alive on Pong: the optimizer whose first steps collapsed it, and the
+health signals that show a collapse (see docs/recurrent.md)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import utils
+from agent import RMSpropTF, agent_from_config, load_agent, make_optimizer
+from config import Config
+from model import ActorCritic
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def test_rmsprop_tf_on_a_case_worked_by_hand():
+    """v starts at 1: v = alpha + (1 - alpha) g^2, step = lr * g / sqrt(v + eps)."""
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = RMSpropTF([w], lr=0.1, alpha=0.9, eps=1e-5)
+    w.grad = torch.tensor([0.5, -0.001])
+    opt.step()
+    # w0: v = .9 + .1 * .25 = .925;        step = .1 * .5 / sqrt(.92501) = .0519872
+    # w1: v = .9 + .1 * 1e-6 = .9000001;   step = .1 * -.001 / sqrt(.9000101) = -1.05409e-4
+    assert w.detach().tolist() == pytest.approx([1 - 0.0519872, -2 + 1.05409e-4], abs=1e-7)
+    w.grad = torch.tensor([0.5, -0.001])
+    opt.step()
+    # w0: v = .9 * .925 + .025 = .8575;    step = .05 / sqrt(.85751) = .0539946
+    assert float(w[0].detach()) == pytest.approx(1 - 0.0519872 - 0.0539946, abs=1e-6)
+    assert opt.state[w]["square_avg"].tolist() == pytest.approx([0.8575, 0.9 * 0.9000001 + 1e-7], abs=1e-6)
+
+
+def test_first_steps_follow_the_gradient_not_its_sign():
+    """torch.optim.RMSprop's first step moves a weight with a gradient of 0.02 almost as far as one with 0.5
+    (lr / sqrt(1 - alpha) each): the sign step that blew up the encoder. RMSpropTF's moves are
+    proportional to the gradient."""
+    moves = {}
+    for name in ("rmsprop", "torch-rmsprop"):
+        w = torch.nn.Parameter(torch.zeros(2))
+        opt = make_optimizer(name, [w], lr=7e-4)
+        w.grad = torch.tensor([0.5, 0.02])
+        opt.step()
+        moves[name] = (-w.detach()).tolist()
+    assert moves["torch-rmsprop"] == pytest.approx([7e-3, 7e-3], rel=1e-2)  # 10 x lr, whatever the gradient
+    assert moves["rmsprop"] == pytest.approx([7e-4 * 0.5 / math.sqrt(0.99 + 0.01 * 0.25 + 1e-5),
+                                              7e-4 * 0.02 / math.sqrt(0.99 + 0.01 * 4e-4 + 1e-5)], rel=1e-4)
+
+
+class ScalarRecorder:
+    """The part of a SummaryWriter the runner uses, keeping the scalars."""
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, list[float]] = {}
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.setdefault(tag, []).append(float(value))
+
+    def add_histogram(self, *args) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _train_on_pong(make_runner, tmp_path, optimizer: str):
+    """40 updates of the default recurrent agent on Pong (8 envs), core health logged every 10."""
+    config = Config(num_envs=8, num_updates=40, optimizer=optimizer, progress=False, log_interval=10,
+                    checkpoint_interval=10**6, tensorboard=False)
+    writer = ScalarRecorder()
+    runner = make_runner(config, tmp_path / optimizer, writer=writer)
+    runner.train()
+    return runner, writer.scalars
+
+
+def test_default_lstm_stays_alive_on_pong_where_torch_rmsprop_collapsed(make_runner, tmp_path, capsys):
+    """After 40 updates on real Pong frames the default agent's LSTM output and value still differ
+    across envs and its gates are not saturated. With torch.optim.RMSprop (the optimizer before the
+    fix) the same run collapses: features grow ~5x, most gates saturate, every env gets the same
+    output, and the runner says so once."""
+    runner, scalars = _train_on_pong(make_runner, tmp_path, "rmsprop")
+    health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
+    assert health["gate_saturation"] < 0.05
+    assert health["output_std"] > 1e-3 and health["value_std"] > 1e-3
+    assert len(scalars["core/gate_saturation"]) == 4 and max(scalars["core/gate_saturation"]) < 0.05
+    assert "warning: the LSTM gives the same output" not in capsys.readouterr().err
+
+    runner, scalars = _train_on_pong(make_runner, tmp_path, "torch-rmsprop")
+    health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
+    assert health["gate_saturation"] > 0.3
+    assert health["output_std"] < 3e-4 and health["value_std"] < 3e-4
+    assert scalars["core/feature_mean_abs"][-1] > 3 * 0.66  # 0.66 with the default optimizer
+    assert capsys.readouterr().err.count("warning: the LSTM gives the same output for every env") == 1
+
+
+def test_core_health_of_a_feed_forward_network_has_no_gates():
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, recurrent=False)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    health = model.core_health(obs, (), torch.zeros(3))
+    assert set(health) == {"feature_mean_abs", "output_std", "value_std"}
+    assert health["output_std"] > 0 and health["value_std"] > 0
+
+
+def test_format_1_checkpoint_resumes_with_the_optimizer_it_was_trained_with(tmp_path):
+    """Format 1 called torch.optim.RMSprop "rmsprop": such a run resumes on it, with its state."""
+    config = Config(optimizer="torch-rmsprop")
+    agent = agent_from_config(config, (4, 84, 84), 6)
+    loss = agent.model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8), agent.model.initial_state(2), torch.ones(2))[1].sum()
+    loss.backward()
+    agent.optimizer.step()
+    old = {"format": "recurrent-a2c/1", **agent.state(), "config": {**config.to_dict(), "optimizer": "rmsprop"},
+           "env_name": config.env_name}
+    old["optimizer_name"] = "rmsprop"
+    utils.atomic_save(old, str(tmp_path / "a2c_last"))
+
+    data = utils.load_checkpoint(str(tmp_path / "a2c_last"))
+    assert data["format"] == utils.CHECKPOINT_FORMAT
+    assert data["config"]["optimizer"] == data["optimizer_name"] == "torch-rmsprop"
+    resumed = load_agent(str(tmp_path / "a2c_last"))
+    assert type(resumed.optimizer) is torch.optim.RMSprop
+    saved = agent.optimizer.state_dict()["state"]
+    assert all(torch.equal(resumed.optimizer.state_dict()["state"][i]["square_avg"], s["square_avg"])
+               for i, s in saved.items())
