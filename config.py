@@ -8,9 +8,23 @@ from typing import Any, Optional
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop")  # see agent.make_optimizer
-# Seeds are below 2**30, so every env seed made from one (seed + env index, + 1,000,000 for the
-# evaluation envs, the offset of a resumed run) stays below 2**31, the largest seed ale-py takes.
+# Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
+# below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
+EVAL_SEED_OFFSET = 1_000_000  # evaluation envs play games apart from the training envs'
+RESUME_SEED_STRIDE = 7919  # a resumed run's envs move this far past the seed per update already done
+
+
+def env_seed(seed: int, *, update: int = 0, evaluation: bool = False) -> int:
+    """The seed of env 0 of a vector (env i gets this + i); every env seed of a run comes from here.
+
+    Training envs start at ``seed``; a run resumed at ``update`` moves past the seeds it already used
+    (so it does not replay their games) and wraps below :data:`SEED_LIMIT` however long the run;
+    evaluation envs (``--eval`` and ``--eval-interval``) are ``EVAL_SEED_OFFSET`` apart.
+    """
+    if evaluation:
+        return seed + EVAL_SEED_OFFSET
+    return (seed + update * RESUME_SEED_STRIDE) % SEED_LIMIT
 
 
 @dataclass

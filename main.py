@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, field_doc
+from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
@@ -162,12 +162,6 @@ def _seed(text: str) -> int:
     return value
 
 
-def resumed_env_seed(seed: int, update: int) -> int:
-    """The env seed of a run resumed at ``update``: past the seeds it already used, so it does not
-    replay their games, and below :data:`config.SEED_LIMIT` however long the run."""
-    return (seed + update * 7919) % SEED_LIMIT
-
-
 def _unit_interval(text: str) -> float:
     value = _checked(float, "a number in [0, 1]", allow_zero=True)(text)
     if value > 1:
@@ -301,8 +295,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
-    env_seed = resumed_env_seed(config.seed, checkpoint["update"]) if checkpoint else config.seed
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, env_seed, config.vec_env,
+    first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
                         config.max_episode_frames)
     evaluator = None
     try:
@@ -327,7 +321,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         save_settings(config, run_dir, writer)
         print(f"run directory: {run_dir}", flush=True)
         if config.eval_interval:  # envs of its own, seeded apart from training, as --eval does
-            evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes, config.seed + 1_000_000,
+            evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
+                                          env_seed(config.seed, evaluation=True),
                                           config.n_stack, max_episode_frames=config.max_episode_frames)
         runner = Runner(agent, envs, config, run_dir, state, writer, evaluator)
         final = runner.train()
@@ -372,7 +367,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
             raise UsageError(f"cannot write --json file '{json_path}': {exc.strerror or exc}") from None
     max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
     num_envs = min(eval_envs or 8, episodes)
-    seed = config.seed + 1_000_000  # evaluation envs are seeded apart from any training envs
+    seed = env_seed(config.seed, evaluation=True)
     device = pick_device(config.cuda, config.threads)
     seed_everything(config.seed)
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
