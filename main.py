@@ -31,7 +31,7 @@ ARCHITECTURE = ("arch", "recurrent", "hidden_size", "n_stack")
 # after the network's last op, holding a core that the emulators need for the env step that
 # follows (bench/openmp_spin.py). A tenth of that still bridges the gaps between ops. Read once,
 # when torch loads its OpenMP library, so it is set before torch is imported; a value in the
-# environment wins. Nothing computed changes (tests/test_cli.py).
+# environment wins. It changes only when threads sleep, never what is computed.
 OPENMP_ENV = {"GOMP_SPINCOUNT": "30000"}
 
 

@@ -77,92 +77,10 @@ class NatureEncoder(nn.Module):
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]  # 3136 for 84x84
         self.out_features = 512
-        self.fc = nn.Sequential(BatchedGradLinear(flat, self.out_features), nn.ReLU())
+        self.fc = nn.Sequential(nn.Linear(flat, self.out_features), nn.ReLU())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(_scaled(obs, self.channels_last)))
-
-
-class BatchedGradLinear(nn.Linear):
-    """``nn.Linear`` that can compute its weight gradient over several passes in one product.
-
-    A rollout runs the network T times over N frames, and the loss backpropagates through all T
-    passes. Autograd computes each pass's weight gradient as a product over N samples and adds
-    the T results: for the Nature CNN's 3136 x 512 layer, T full-size products and T - 1 full-size
-    sums, with N = 16 most of their time spent writing 1.6M floats. Inside
-    :meth:`ActorCritic.deferring_weight_grads` (``deferring`` set), the backward of each pass with
-    gradients passes the gradient on to the layer's input at once and records the input and the
-    output gradient; when that backward call ends, the weight and bias get the gradient of all
-    recorded passes from one product over T x N samples. After ``loss.backward()`` the gradients
-    are where autograd would have put them: the same sum, added in another order, so equal to
-    float rounding (a ``torch.autograd.grad`` call through such passes would put them in
-    ``.grad`` too; a backward call that fails adds nothing of this layer's weight gradient to
-    ``.grad``, where autograd leaves the part it computed before failing). Under autocast
-    (``bf16``) the layer computes as ``nn.Linear`` always (its backward would need autocast's
-    bfloat16 copy of the weight, which autocast keeps to itself).
-    """
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
-        super().__init__(in_features, out_features, bias)
-        self.deferring = False
-        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (input, output gradient) of each pass
-        self._recording_in: int | None = None  # the backward call that recorded them (autograd's graph task id)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.deferring and torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type):
-            return _LinearWeightGradAtEnd.apply(x, self.weight, self.bias, self)
-        return super().forward(x)
-
-    def _record(self, x: torch.Tensor, grad_out: torch.Tensor) -> None:
-        task = torch._C._current_graph_task_id()
-        if task != self._recording_in:
-            # The first pass of this backward call: apply them all when it ends (the engine's hook
-            # for work at the end of a backward call, the one DistributedDataParallel uses). What
-            # an earlier call recorded is stale: that call failed before its end, so its gradient
-            # never reached ``.grad``, and a retried backward must not add it.
-            self._pending.clear()
-            self._recording_in = task
-            torch.autograd.Variable._execution_engine.queue_callback(self._apply_recorded)
-        self._pending.append((x.reshape(-1, x.shape[-1]), grad_out.reshape(-1, grad_out.shape[-1])))
-
-    def _apply_recorded(self) -> None:
-        inputs, grads = (torch.cat(parts) for parts in zip(*self._pending))
-        self._pending.clear()
-        self._recording_in = None
-        for param, grad in ((self.weight, grads.t() @ inputs), (self.bias, grads.sum(0))):
-            if param is not None and param.requires_grad:
-                param.grad = grad if param.grad is None else param.grad + grad
-
-
-@contextlib.contextmanager
-def deferring_weight_grads(module: nn.Module) -> Iterator[None]:
-    """Every :class:`BatchedGradLinear` in ``module`` records its passes inside this block."""
-    layers = [m for m in module.modules() if isinstance(m, BatchedGradLinear)]
-    for layer in layers:
-        layer._pending.clear()  # left only by a backward call that failed before its end
-        layer._recording_in = None
-        layer.deferring = True
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.deferring = False
-
-
-class _LinearWeightGradAtEnd(torch.autograd.Function):
-    """``x @ W.T + b`` whose backward returns the input's gradient and leaves the weight's to its layer."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, layer):  # type: ignore[override]
-        ctx.save_for_backward(x, weight)
-        ctx.layer = layer
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
-        x, weight = ctx.saved_tensors
-        ctx.layer._record(x, grad_out)
-        return (grad_out @ weight if ctx.needs_input_grad[0] else None), None, None, None
 
 
 def _scaled(obs: torch.Tensor, channels_last: bool) -> torch.Tensor:
@@ -270,12 +188,6 @@ class ActorCritic(nn.Module):
         device = next(self.parameters()).device.type
         with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
             yield
-
-    def deferring_weight_grads(self) -> contextlib.AbstractContextManager[None]:
-        """A block whose passes with gradients have each :class:`BatchedGradLinear` (the Nature
-        CNN's 3136 x 512 layer) compute its weight gradient over all of them in one product, at the
-        end of their backward call. The runner collects a rollout in one."""
-        return deferring_weight_grads(self)
 
     def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
         """One recurrent step. Envs whose observation starts an episode begin from a zero state."""

@@ -127,7 +127,7 @@ class Runner:
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)
         self.episode_ends.clear()
-        with agent.model.casting_once(), agent.model.deferring_weight_grads():
+        with agent.model.casting_once():
             self._collect_steps(storage)
         batch = agent.make_batch(storage)
         self._log_reward_parts(batch)

@@ -15,9 +15,6 @@ training runs it: the rollout is collected with gradients, one pass per step ove
 is timed twice: with each pass in an autocast region of its own, which casts every weight to
 bfloat16 at every pass and each pass's weight gradients back, and with all passes in one region
 (``ActorCritic.casting_once``, as the runner collects a rollout), which casts each weight once.
-The Nature CNN is also timed in float32 with its fc layer's weight gradient computed over all
-passes in one product (``ActorCritic.deferring_weight_grads``, as the runner collects a rollout)
-instead of at every pass as autograd does.
 
     python bench/encoder_batch.py
     python bench/encoder_batch.py --frames 160 --threads 1
@@ -26,7 +23,6 @@ instead of at every pass as autograd does.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -38,26 +34,24 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
-from model import BatchedGradLinear, ConvEncoder, NatureEncoder, deferring_weight_grads  # noqa: E402
+from model import ConvEncoder, NatureEncoder  # noqa: E402
 
 
 def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None, iterations: int,
-              bf16: bool = False, cast_once: bool = True, batched_fc: bool = False) -> float:
+              bf16: bool = False, cast_once: bool = True) -> float:
     """Mean milliseconds of one forward + backward pass over ``frames`` in passes of ``chunk``
     (split here, as ``ConvEncoder.forward`` splits them, with the encoder's own splitting off),
     under bfloat16 autocast with ``bf16`` (as ``ActorCritic.encode`` runs it): all passes in one
-    autocast region with ``cast_once``, each in its own otherwise; with ``batched_fc``, a
-    ``BatchedGradLinear`` computes its weight gradient over all passes in one product."""
+    autocast region with ``cast_once``, each in its own otherwise."""
     ConvEncoder.cpu_chunk = None
     tic = time.perf_counter()
     for _ in range(iterations):
         parts = [frames] if chunk is None else list(frames.split(chunk))
         regions = [parts] if cast_once else [[part] for part in parts]  # the passes of each autocast region
         features = []
-        with deferring_weight_grads(encoder) if batched_fc else contextlib.nullcontext():
-            for region in regions:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    features += [encoder(part).float() for part in region]
+        for region in regions:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                features += [encoder(part).float() for part in region]
         torch.cat(features).sum().backward()
     return (time.perf_counter() - tic) / iterations * 1000
 
@@ -65,19 +59,15 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
 def compare_bf16(encoders: dict[str, torch.nn.Module], frames: torch.Tensor, step_frames: int, repeats: int,
                  iterations: int) -> None:
     """Each encoder in float32, in bfloat16 casting its weights at every pass, and in bfloat16
-    casting them once, in passes of ``step_frames``, alternating; medians and speed-ups over float32.
-    An encoder with a ``BatchedGradLinear`` (the Nature CNN) is also timed in float32 with it on."""
+    casting them once, in passes of ``step_frames``, alternating; medians and speed-ups over float32."""
     for name, encoder in encoders.items():
-        variants = {"float32": (False, True, False), "bf16 cast a pass": (True, False, False),
-                    "bf16 cast once": (True, True, False)}
-        if any(isinstance(m, BatchedGradLinear) for m in encoder.modules()):
-            variants["float32 fc in one product"] = (False, True, True)
-        for bf16, once, batched in variants.values():  # warm-up
-            time_pass(encoder, frames, step_frames, 1, bf16, once, batched)
+        variants = {"float32": (False, True), "bf16 cast a pass": (True, False), "bf16 cast once": (True, True)}
+        for bf16, once in variants.values():  # warm-up
+            time_pass(encoder, frames, step_frames, 1, bf16, once)
         times: dict[str, list[float]] = {variant: [] for variant in variants}
         for _ in range(repeats):
-            for variant, (bf16, once, batched) in variants.items():
-                times[variant].append(time_pass(encoder, frames, step_frames, iterations, bf16, once, batched))
+            for variant, (bf16, once) in variants.items():
+                times[variant].append(time_pass(encoder, frames, step_frames, iterations, bf16, once))
         plain = statistics.median(times["float32"])
         cells = [f"{variant} {statistics.median(ms):6.1f} ms ({plain / statistics.median(ms):4.2f}x)"
                  for variant, ms in times.items()]

@@ -22,13 +22,11 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   collecting), ``recurrent, default OpenMP spin`` (GNU OpenMP's own spin before its idle
   threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five
   removed, and the encoder taking the update's 80 frames in one pass instead of in passes of
-  ``ConvEncoder.cpu_chunk``: the starting point before the speed work); and each trainer of
-  ours without the optimization of its own: the float32 feed-forward one computing the Nature
-  CNN's fc weight gradient at every pass of the rollout, as autograd does, named
-  ``..., fc gradient a pass`` (instead of in one product, ``ActorCritic.deferring_weight_grads``),
-  and with ``--bf16`` each bfloat16 one without its single cast a rollout, named
-  ``..., a cast a pass`` (its encoder's weights cast to bfloat16 at every pass, as autocast does
-  outside ``ActorCritic.casting_once``). ``--ours feedforward --ablation`` measures only these.
+  ``ConvEncoder.cpu_chunk``: the starting point before the speed work); and with ``--bf16`` each
+  bfloat16 trainer of ours without its single cast a rollout, named ``..., a cast a pass`` (its
+  encoder's weights cast to bfloat16 at every pass, as autocast does outside
+  ``ActorCritic.casting_once``). ``--ours feedforward --bf16 --ablation`` measures only the
+  feed-forward ones of these.
 
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
@@ -52,7 +50,7 @@ measured within one run are what to compare. Printed after the table: each of ou
 (``ratio (ours recurrent / sb3): 1.23x``), whether the targets are met (recurrent >= 1.3x and
 feed-forward >= 2x SB3's env steps/s, the bf16 feed-forward row held to the same 2x), and with
 ``--ablation`` the speed-up of the recurrent default over each of its ablation rows and of each
-trainer over its ``fc gradient a pass`` or ``a cast a pass`` row.
+bfloat16 trainer over its ``a cast a pass`` row.
 
 Memory: the table gives the peak RSS of each trainer's process (the largest over its runs;
 Python, torch and the other libraries every run loads included), and the last lines the
@@ -61,7 +59,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
-    python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the fc gradient and the single cast bought
+    python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --cuda --num-envs 64             # on a GPU: networks there, envs on the CPU
 """
@@ -110,11 +108,9 @@ OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
 BEFORE_SPEED_WORK = {"encoder_passes": False}
 # What --ablation takes out of each trainer of ours that has it, as a row named trainer + suffix:
 # suffix -> (the train_ours argument set to False, which setups have it, what the summary calls it).
-CAST_A_PASS, FC_GRAD_A_PASS = ", a cast a pass", ", fc gradient a pass"
+CAST_A_PASS = ", a cast a pass"
 TRAINER_OPTIMIZATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], bool], str]] = {
     CAST_A_PASS: ("cast_once", lambda setup: setup["bf16"], "casting once a rollout"),
-    FC_GRAD_A_PASS: ("batched_fc", lambda setup: setup["arch"] == "nature" and not setup["bf16"],
-                     "the fc weight gradient in one product"),
 }
 
 
@@ -128,8 +124,7 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
-               bf16: bool = Config.bf16, cast_once: bool = True, batched_fc: bool = True,
-               device: str = "cpu") -> tuple[int, float]:
+               bf16: bool = Config.bf16, cast_once: bool = True, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
@@ -138,9 +133,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     ``encoder_passes=False`` has the universe encoder take every batch in one pass;
     ``keep_graph=False`` collects without gradients and runs the rollout again in the update;
     ``bf16=True`` runs the encoder in bfloat16; ``cast_once=False`` then casts its weights at every
-    pass, as before the runner collected each rollout in ``ActorCritic.casting_once``;
-    ``batched_fc=False`` has the Nature CNN's fc layer compute its weight gradient at every pass
-    of the rollout, as autograd does, instead of in one product (``ActorCritic.deferring_weight_grads``).
+    pass, as before the runner collected each rollout in ``ActorCritic.casting_once``.
     """
     if keep_freed:
         keep_freed_memory()
@@ -158,8 +151,6 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
             agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
             if not cast_once:
                 agent.model.casting_once = contextlib.nullcontext  # each pass in an autocast region of its own
-            if not batched_fc:
-                agent.model.deferring_weight_grads = contextlib.nullcontext  # the fc stays a plain nn.Linear
             runner = Runner(agent, envs, config, log_dir, keep_graph=keep_graph)  # resets the envs: not timed
             tic = time.perf_counter()
             state = runner.train()
@@ -233,8 +224,7 @@ def ours_setups(ours: str, vec_env: str, bf16: bool = False) -> dict[str, dict[s
 
 def trainer_ablation_setups(setups: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each trainer of ``setups`` without each of ``TRAINER_OPTIMIZATIONS`` it has (--ablation):
-    the bfloat16 ones casting their encoder's weights at every pass, the float32 Nature CNN ones
-    computing the fc weight gradient at every pass."""
+    the bfloat16 ones casting their encoder's weights at every pass."""
     rows = {}
     for suffix, (argument, has_it, _) in TRAINER_OPTIMIZATIONS.items():
         rows.update({name + suffix: {**setup, argument: False} for name, setup in setups.items() if has_it(setup)})
@@ -484,8 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
                         "channels-last, default malloc, rollout run again, OpenMP spin) and without all of "
-                        "them; the feed-forward trainer computing its fc weight gradient at every pass; "
-                        "with --bf16, each bfloat16 trainer casting its weights at every pass")
+                        "them; with --bf16, each bfloat16 trainer casting its weights at every pass")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",

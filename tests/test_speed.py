@@ -7,7 +7,8 @@
   gradients as running the rollout through the network again;
 * the universe encoder taking a large batch in passes of a few frames on the CPU: the same
   features, gradients and training losses (to float rounding);
-* malloc keeping freed memory: the same run bit for bit;
+* malloc keeping freed memory (``utils.keep_freed_memory``): that a freed block stays with the
+  process instead of going back to the OS;
 * the bfloat16 encoder (``--bf16``), which does change the arithmetic: where it applies, that
   weights, gradients and checkpoints stay float32, and how near float32 its results stay; and
   that a rollout collected in ``casting_once`` casts each weight once and gives the same outputs.
@@ -17,6 +18,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -29,6 +34,8 @@ from config import Config
 from model import ActorCritic, ConvEncoder, NatureEncoder
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def short_run(make_runner, run_dir, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
@@ -72,6 +79,8 @@ def test_nature_encoder_is_the_dqn_network():
     enc = NatureEncoder((4, 84, 84))
     shapes = [tuple(p.shape) for p in enc.parameters()]
     assert shapes == [(32, 4, 8, 8), (32,), (64, 32, 4, 4), (64,), (64, 64, 3, 3), (64,), (512, 3136), (512,)]
+    assert type(enc.fc[0]) is torch.nn.Linear
+    assert list(enc.state_dict())[-2:] == ["fc.0.weight", "fc.0.bias"]  # the keys older checkpoints were saved with
     assert enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 512)
     lstm = ActorCritic((4, 84, 84), 6, recurrent=True, arch="nature", hidden_size=64)
     assert lstm.lstm.input_size == 512 and lstm.spec["arch"] == "nature"
@@ -117,16 +126,35 @@ def test_acting_in_inference_mode_matches_no_grad():
     agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
 
 
-def test_keeping_freed_memory_changes_nothing_computed(make_runner, tmp_path):
-    """The malloc setting only changes where activations live: the same run, bit for bit."""
-    runs = []
-    try:
-        for i, keep in enumerate((False, True)):
-            utils.keep_freed_memory(keep)
-            runs.append([(h["total"], h["grad_norm"]) for h in short_run(make_runner, tmp_path / str(i))])
-    finally:
-        utils.keep_freed_memory(False)
-    assert runs[0] == runs[1]
+# Run in a fresh process: malloc's settings and heap are the whole process's, and what earlier
+# tests left in the heap would decide where a block comes from.
+KEPT_OR_RETURNED = """
+import ctypes, ctypes.util
+import utils
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+
+def returned_mib(size=16 << 20):  # over glibc's default 128 KiB thresholds, under the 32 MiB kept
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)  # its pages are resident now
+    touched = utils.resident_memory_mib()
+    libc.free(block)
+    return touched - utils.resident_memory_mib()
+
+for keep in (False, True):
+    print(utils.keep_freed_memory(keep), returned_mib(), returned_mib())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="keep_freed_memory sets glibc's malloc only")
+def test_keeping_freed_memory_keeps_a_freed_block_instead_of_returning_it_to_the_os():
+    out = subprocess.run([sys.executable, "-c", KEPT_OR_RETURNED], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout.splitlines()
+    (default_applied, *default), (kept_applied, *kept) = (line.split() for line in out)
+    assert default_applied == kept_applied == "True"  # glibc: both settings applied
+    assert all(float(mib) > 12 for mib in default)  # glibc's thresholds: the 16 MiB go back to the OS when freed
+    assert all(float(mib) < 4 for mib in kept)  # kept in the heap for reuse, every time
 
 
 @pytest.fixture
@@ -382,136 +410,3 @@ def test_casting_once_does_nothing_without_bf16():
     with WeightCasts(plain.parameters()) as casts, plain.casting_once():
         plain(obs, (), torch.zeros(2))
     assert casts.count == 0
-
-
-# ------------------------------------------------------------------------------------------------
-# The Nature CNN's 3136 x 512 layer computes its weight gradient over a rollout's passes in one
-# product (BatchedGradLinear inside ActorCritic.deferring_weight_grads): the same gradients.
-# ------------------------------------------------------------------------------------------------
-class WeightGradProducts(TorchDispatchMode):
-    """Counts the matrix products whose result has the shape of the given weight (its gradients)."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        self.shape = weight.shape
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and out.shape == self.shape:
-            self.count += 1
-        return out
-
-
-def passes_and_backward(model: ActorCritic, obs: torch.Tensor, deferring: bool,
-                        extra_pass: bool = False) -> tuple[torch.Tensor, int]:
-    """One pass per step over ``obs [T, N, ...]`` (and with ``extra_pass`` one more outside the
-    block), one backward pass through all: (all gradients, products of the fc weight's shape)."""
-    model.zero_grad(set_to_none=True)
-    state, starts = model.initial_state(obs.shape[1]), torch.zeros(obs.shape[1])
-    outputs = []
-    with (model.deferring_weight_grads() if deferring else contextlib.nullcontext()):
-        for frames in obs:
-            logits, values, state = model(frames, state, starts)
-            outputs.append(logits.logsumexp(-1) + values.pow(2))
-    if extra_pass:
-        outputs.append(model(obs[0], model.initial_state(obs.shape[1]), starts)[1])
-    fc = model.encoder.fc[0]
-    with WeightGradProducts(fc.weight) as products:
-        torch.stack(outputs).sum().backward()
-    assert not fc._pending  # nothing is left waiting once backward returns
-    return torch.cat([p.grad.flatten() for p in model.parameters()]), products.count
-
-
-@pytest.mark.parametrize("recurrent", [False, True])
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_fc_weight_gradient_over_a_rollout_in_one_product_is_autograds(recurrent, channels_last):
-    torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, recurrent=recurrent, hidden_size=32, arch="nature",
-                        channels_last=channels_last)
-    obs = torch.randint(0, 256, (5, 3, 4, 84, 84), dtype=torch.uint8)
-    plain, plain_products = passes_and_backward(model, obs, deferring=False)
-    batched, batched_products = passes_and_backward(model, obs, deferring=True)
-    assert (plain_products, batched_products) == (5, 1)
-    assert_close(batched, plain, rtol=1e-5, atol=1e-7)
-    # A pass outside the block in the same loss: autograd's gradient and the batched one add up.
-    plain, _ = passes_and_backward(model, obs, deferring=False, extra_pass=True)
-    mixed, mixed_products = passes_and_backward(model, obs, deferring=True, extra_pass=True)
-    assert mixed_products == 2
-    assert_close(mixed, plain, rtol=1e-5, atol=1e-7)
-
-
-def test_fc_weight_gradient_accumulates_over_backward_calls_as_autograds():
-    torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
-    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
-    grads = []
-    for deferring in (False, True):
-        model.zero_grad(set_to_none=True)
-        for frames in obs:  # two losses, two backward calls, gradients summed in .grad
-            with (model.deferring_weight_grads() if deferring else contextlib.nullcontext()):
-                logits, values, _ = model(frames, (), torch.zeros(3))
-            (logits.logsumexp(-1) + values.pow(2)).sum().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-7)
-
-
-def test_fc_computes_as_linear_outside_the_block_without_gradients_and_in_bf16():
-    plain, fast = twin_models("nature", False)
-    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
-    for model in (plain, fast):
-        with model.deferring_weight_grads():
-            assert model.encoder.fc[0].deferring
-            with torch.inference_mode():
-                model(obs[0], (), torch.zeros(3))
-        assert not model.encoder.fc[0].deferring
-    assert passes_and_backward(plain, obs, deferring=False)[1] == 2  # outside the block
-    # Under bfloat16 autocast the layer is nn.Linear: the same gradients bit for bit, block or not.
-    each, each_products = passes_and_backward(fast, obs, deferring=False)
-    inside, inside_products = passes_and_backward(fast, obs, deferring=True)
-    assert torch.equal(inside, each) and each_products == inside_products
-
-
-def test_training_with_the_fc_gradient_in_one_product_gives_the_same_losses(make_runner, tmp_path, monkeypatch):
-    batched = short_run(make_runner, tmp_path / "batched", arch="nature", recurrent=False)
-    monkeypatch.setattr(ActorCritic, "deferring_weight_grads", lambda self: contextlib.nullcontext())
-    plain = short_run(make_runner, tmp_path / "plain", arch="nature", recurrent=False)
-    for key in ("total", "policy", "value", "entropy", "grad_norm"):
-        assert_close(torch.tensor([h[key] for h in batched]), torch.tensor([h[key] for h in plain]),
-                     rtol=1e-3, atol=1e-6, msg=key)
-    assert batched[0]["grad_norm"] == pytest.approx(plain[0]["grad_norm"], rel=1e-5)
-
-
-def test_records_left_by_a_failed_backward_are_dropped_when_the_next_rollout_starts():
-    torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
-    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
-    plain, _ = passes_and_backward(model, obs, deferring=False)
-    fc = model.encoder.fc[0]
-    fc._pending.append((torch.ones(3, fc.in_features), torch.ones(3, fc.out_features)))  # a backward that never ended
-    batched, _ = passes_and_backward(model, obs, deferring=True)
-    assert_close(batched, plain, rtol=1e-5, atol=1e-7)
-
-
-def test_a_backward_retried_after_one_that_failed_gets_the_fc_weight_gradient():
-    torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, recurrent=False, arch="nature")
-    obs = torch.randint(0, 256, (3, 3, 4, 84, 84), dtype=torch.uint8)
-    plain, _ = passes_and_backward(model, obs, deferring=False)
-    model.zero_grad(set_to_none=True)
-    with model.deferring_weight_grads():
-        outputs = [model(frames, (), torch.zeros(3)) for frames in obs]
-    loss = torch.stack([logits.logsumexp(-1) + values.pow(2) for logits, values, _ in outputs]).sum()
-    fc = model.encoder.fc[0]
-
-    def fail(grad):
-        raise RuntimeError("out of memory")
-    hook = model.encoder.convs[0].weight.register_hook(fail)  # after the fc layer's passes recorded
-    with pytest.raises(RuntimeError, match="out of memory"):
-        loss.backward(retain_graph=True)
-    hook.remove()
-    assert len(fc._pending) == 3  # recorded, never applied
-    model.zero_grad(set_to_none=True)
-    loss.backward()  # the retry, outside the block, as a caller that caught the error would
-    assert not fc._pending
-    assert_close(torch.cat([p.grad.flatten() for p in model.parameters()]), plain, rtol=1e-5, atol=1e-7)
