@@ -1,6 +1,7 @@
 """The A2C agent: the actor-critic network, its optimizer, and one gradient update per rollout."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Optional
 
@@ -11,8 +12,11 @@ from torch.distributions import Categorical
 from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
 from model import ActorCritic, State
-from storage import Batch, RolloutStorage
+from storage import Batch, RolloutStorage, compute_returns
 from utils import UsageError, load_checkpoint
+
+# (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
+Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
@@ -79,12 +83,16 @@ class A2CAgent:
     reward is mixed into each rollout before returns are computed, its losses join the objective
     as ``icm_lambda * A2C + provider total``, and its weights join the optimizer and checkpoints.
     When ``None`` (the default) none of this exists and the update is the plain A2C update.
+
+    ``estimator`` turns a rollout's rewards into returns and advantages; by default n-step
+    returns or GAE (:func:`storage.compute_returns` with ``gamma`` and ``gae_lambda``).
     """
 
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
                  value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
                  gamma: float = 0.99, gae_lambda: float = 1.0, intrinsic: Optional[ICM] = None,
-                 icm_lambda: float = 0.1, extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False) -> None:
+                 icm_lambda: float = 0.1, extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False,
+                 estimator: Optional[Estimator] = None) -> None:
         self.model = model
         self.intrinsic = intrinsic
         self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
@@ -95,6 +103,7 @@ class A2CAgent:
         self.value_coeff, self.entropy_coeff = value_coeff, entropy_coeff
         self.max_grad_norm = max_grad_norm
         self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.estimator = estimator or functools.partial(compute_returns, gamma=gamma, gae_lambda=gae_lambda)
 
     @property
     def device(self) -> torch.device:
@@ -102,16 +111,20 @@ class A2CAgent:
 
     # ------------------------------------------------------------------ acting
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """Sample one action per env: returns actions ``[N]``, values ``[N]`` and the next state."""
+    def act(self, obs: torch.Tensor, state: State,
+            episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """Sample one action per env: returns actions ``[N]``, their log-probabilities ``[N]``,
+        values ``[N]`` and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
-        actions = Categorical(logits=logits).sample()
-        return actions, values, state
+        dist = Categorical(logits=logits)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions), values, state
 
     def act_with_graph(self, obs: torch.Tensor, state: State,
-                       episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
-        """:meth:`act` with gradients: returns actions ``[N]``, logits ``[N, A]`` and values ``[N]``
-        with their graph, and the next state (its graph reaches back to the rollout's start).
+                       episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """:meth:`act` with gradients: returns actions ``[N]``, their log-probabilities ``[N]``
+        (detached), logits ``[N, A]`` and values ``[N]`` with their graph, and the next state (its
+        graph reaches back to the rollout's start).
 
         The weights do not change while a rollout is collected, so this forward pass is exactly
         the one the update needs: the loss trains through it (``Batch.outputs``) instead of
@@ -120,8 +133,10 @@ class A2CAgent:
         """
         logits, values, state = self.model(obs, state, episode_starts)
         with torch.no_grad():
-            actions = Categorical(logits=logits).sample()
-        return actions, logits, values, state
+            dist = Categorical(logits=logits)
+            actions = dist.sample()
+            log_probs = dist.log_prob(actions)
+        return actions, log_probs, logits, values, state
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
@@ -132,20 +147,25 @@ class A2CAgent:
     def make_batch(self, storage: RolloutStorage) -> Batch:
         """The rollout with its returns and advantages: the one place rewards are put together.
 
-        With a curiosity provider: ``reward = extrinsic_coeff * env reward + r_i`` (plus the
-        time-limit bootstraps), where ``r_i`` is zero for transitions that end an episode, since
-        the observation after them is a reset, not their consequence.
+        ``reward = env reward + bootstrap`` (``gamma * V(terminal obs)`` where a time limit cut the
+        episode), and with a curiosity provider ``reward = extrinsic_coeff * env reward + r_i +
+        bootstrap``, where ``r_i`` is zero for transitions that end an episode, since the
+        observation after them is a reset, not their consequence. The agent's estimator turns
+        them into returns and advantages.
         """
-        if self.intrinsic is None:
-            return storage.batch(self.gamma, self.gae_lambda)
-        frames, valid = storage.frames(), 1.0 - storage.dones
-        intrinsic, losses = self.intrinsic.rewards_and_losses(frames, storage.actions, valid)
-        if self.intrinsic_std is not None:
-            self.intrinsic_std.update(intrinsic[valid > 0])
-            intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
-        rewards = self.extrinsic_coeff * storage.rewards + intrinsic
-        return storage.batch(self.gamma, self.gae_lambda, rewards=rewards, next_obs=frames[1:], valid=valid,
-                             reward_parts={"intrinsic": intrinsic}, intrinsic_losses=losses)
+        rewards, extra = storage.rewards, {}
+        if self.intrinsic is not None:
+            frames, valid = storage.frames(), 1.0 - storage.dones
+            intrinsic, losses = self.intrinsic.rewards_and_losses(frames, storage.actions, valid)
+            if self.intrinsic_std is not None:
+                self.intrinsic_std.update(intrinsic[valid > 0])
+                intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
+            rewards = self.extrinsic_coeff * storage.rewards + intrinsic
+            extra = dict(next_obs=frames[1:], valid=valid, reward_parts={"intrinsic": intrinsic},
+                         intrinsic_losses=losses)
+        returns, advantages = self.estimator(rewards + storage.bootstrap, storage.values, storage.dones,
+                                             storage.last_values)
+        return storage.batch(returns, advantages, **extra)
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

@@ -84,14 +84,15 @@ class NatureEncoder(nn.Module):
 
 
 def _scaled(obs: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """uint8 pixels to floats in [0, 1]; in channels-last memory order when asked (faster convolutions on CPU).
+    """uint8 pixels to floats in [0, 1] (float images are taken as already scaled); in channels-last
+    memory order when asked (faster convolutions on CPU).
 
     The bytes are reordered before they become four times larger, and dividing the bytes by 255.0
     writes the float result in one pass (the same numbers as converting first, then dividing).
     """
     if channels_last:
         obs = obs.contiguous(memory_format=torch.channels_last)
-    return obs.div(255.0) if obs.dtype == torch.uint8 else obs.to(torch.float32).div(255.0)
+    return obs.div(255.0) if obs.dtype == torch.uint8 else obs.to(torch.float32)
 
 
 def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False) -> nn.Module:

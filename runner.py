@@ -80,7 +80,7 @@ class Runner:
     """Drives a vector env with an agent for ``config.num_updates`` updates.
 
     ``evaluator``, when given, is called every ``config.eval_interval`` updates with the network
-    (see :func:`evaluate.periodic_evaluator`); its mean score is logged as ``eval/return_mean``
+    (see :class:`evaluate.PeriodicEvaluator`); its mean score is logged as ``eval/return_mean``
     and the best evaluated weights are kept in ``a2c_best_eval``.
     """
 
@@ -94,10 +94,12 @@ class Runner:
         self.device = agent.device
         self.state = state or TrainingState()
         self.writer = writer
-        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device)
+        obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
+        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
+                                      obs_dtype)
         self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
         # On a GPU, each step's frames go through one page-locked buffer in a single asynchronous copy.
-        self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=torch.uint8,
+        self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=obs_dtype,
                                     pin_memory=True) if self.device.type == "cuda" else None
         self.obs = self._to_tensor(envs.reset())
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
@@ -112,7 +114,7 @@ class Runner:
 
     # ------------------------------------------------------------------ collection
     def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """The one place where env frames (numpy uint8) become torch: shared without a copy on the
+        """The one place where observations (numpy) become torch: shared without a copy on the
         CPU; on a GPU, staged in pinned memory and copied asynchronously (the copy is finished
         before the buffer is reused, since the next step waits for the actions it computed)."""
         if self._staging is None or obs.shape != self._staging.shape:
@@ -138,18 +140,19 @@ class Runner:
         cfg, agent = self.config, self.agent
         for t in range(cfg.rollout_size):
             if self.keep_graph:
-                actions, logits, values, next_state = agent.act_with_graph(
+                actions, log_probs, logits, values, next_state = agent.act_with_graph(
                     self.obs, self.recurrent_state, self.episode_starts)
                 storage.keep_outputs(logits, values)
                 values = values.detach()
             else:
-                actions, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
+                actions, log_probs, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
             bootstrap = self._truncation_bootstrap(dones, infos, next_state)
             self._record_episodes(infos, t)
             dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
             storage.insert(t, self.obs, self.episode_starts, actions, values,
-                           torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap)
+                           torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap,
+                           log_probs)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
         storage.finish(self.obs, agent.value(self.obs, self.recurrent_state, self.episode_starts))
 

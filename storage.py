@@ -1,4 +1,4 @@
-"""Rollout buffer and the discounted-return / advantage formula.
+"""Rollout buffer and the discounted-return / advantage formula (the estimator the agent uses by default).
 
 Signals, one name each, used the same way everywhere in the project:
 
@@ -67,19 +67,20 @@ def compute_returns(
 class Batch:
     """One rollout, ready for the loss. Time-major: every field starts with ``[T, N]``."""
 
-    obs: torch.Tensor             # [T, N, C, H, W] uint8
+    obs: torch.Tensor             # [T, N, ...] in the observation space's dtype (uint8 frames)
     episode_starts: torch.Tensor  # [T, N] float, 1 where obs[t] starts a new episode
     actions: torch.Tensor         # [T, N] long
     returns: torch.Tensor         # [T, N] float
     advantages: torch.Tensor      # [T, N] float
     values: torch.Tensor          # [T, N] float, the values seen while collecting
+    log_probs: torch.Tensor       # [T, N] float, log pi(a_t | s_t) of the policy that acted
     initial_state: tuple[torch.Tensor, ...]  # recurrent state before obs[0] (detached)
     # The policy's logits [T, N, A] and values [T, N] computed while collecting, with their graph:
     # the loss trains through them. None: the loss runs the rollout through the network again.
     outputs: Optional[tuple[torch.Tensor, torch.Tensor]] = None
     # A curiosity provider's loss terms on this rollout, with their graph (None: computed in the loss).
     intrinsic_losses: Optional[dict[str, torch.Tensor]] = None
-    next_obs: Optional[torch.Tensor] = None  # [T, N, C, H, W] uint8, obs after step t (for curiosity)
+    next_obs: Optional[torch.Tensor] = None  # [T, N, ...], obs after step t (for curiosity)
     valid: Optional[torch.Tensor] = None     # [T, N] float, 1 where next_obs[t] is the true next obs
     reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"intrinsic": [T, N]}
 
@@ -87,24 +88,29 @@ class Batch:
 class RolloutStorage:
     """Preallocated ``[T, N]`` buffers for one rollout of ``rollout_size`` steps in ``num_envs`` envs.
 
-    The runner fills step t with :meth:`insert` and ends the rollout with :meth:`finish`;
-    :meth:`batch` computes returns. The env rewards and the time-limit bootstraps are kept apart
-    until then, so an intrinsic reward (curiosity) can be mixed in by the agent without scaling a
-    value estimate as if it were a reward.
+    It stores; it does not estimate. The runner fills step t with :meth:`insert` and ends the
+    rollout with :meth:`finish`; the agent computes returns and advantages from the stored
+    rewards, values and dones with its estimator (e.g. :func:`compute_returns`) and packs them
+    with :meth:`batch`. The env rewards and the time-limit bootstraps are kept apart, so an
+    intrinsic reward (curiosity) can be mixed in without scaling a value estimate as if it were a reward.
+
+    Observations keep the dtype of the observation space (``obs_dtype``: ``uint8`` frames stay one
+    byte a pixel until the model scales them; vector observations stay float).
     """
 
     def __init__(self, rollout_size: int, num_envs: int, obs_shape: tuple[int, ...],
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", obs_dtype: torch.dtype = torch.uint8) -> None:
         self.rollout_size, self.num_envs = rollout_size, num_envs
         T, N = rollout_size, num_envs
-        self.obs = torch.zeros((T, N, *obs_shape), dtype=torch.uint8, device=device)
+        self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
         self.episode_starts = torch.zeros((T, N), device=device)
         self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((T, N), device=device)  # log pi(a_t | s_t) of the acting policy
         self.values = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)
         self.dones = torch.zeros((T, N), device=device)
         self.bootstrap = torch.zeros((T, N), device=device)  # gamma * V(terminal obs) at truncated steps
-        self.last_obs = torch.zeros((N, *obs_shape), dtype=torch.uint8, device=device)
+        self.last_obs = torch.zeros((N, *obs_shape), dtype=obs_dtype, device=device)
         self.last_values = torch.zeros(N, device=device)
         self.initial_state: tuple[torch.Tensor, ...] = ()
         self.output_logits: list[torch.Tensor] = []
@@ -122,19 +128,21 @@ class RolloutStorage:
 
     def insert(self, step: int, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
                values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
-               bootstrap: Optional[torch.Tensor] = None) -> None:
-        """Step ``step``: what was seen and done, the env reward and done flag it produced, and
-        ``bootstrap = gamma * V(terminal obs)`` where a time limit cut the episode (else 0)."""
+               bootstrap: Optional[torch.Tensor] = None, log_probs: Optional[torch.Tensor] = None) -> None:
+        """Step ``step``: what was seen and done, the env reward and done flag it produced,
+        ``bootstrap = gamma * V(terminal obs)`` where a time limit cut the episode (else 0), and the
+        log-probabilities of the actions under the policy that chose them (else 0)."""
         self.obs[step].copy_(obs)
         self.episode_starts[step].copy_(episode_starts)
         self.actions[step].copy_(actions)
         self.values[step].copy_(values)
         self.rewards[step].copy_(rewards)
         self.dones[step].copy_(dones)
-        if bootstrap is None:
-            self.bootstrap[step].zero_()
-        else:
-            self.bootstrap[step].copy_(bootstrap)
+        for buffer, value in ((self.bootstrap, bootstrap), (self.log_probs, log_probs)):
+            if value is None:
+                buffer[step].zero_()
+            else:
+                buffer[step].copy_(value)
 
     def finish(self, last_obs: torch.Tensor, last_values: torch.Tensor) -> None:
         """The observation after the last step and its value (the bootstrap of the returns)."""
@@ -149,14 +157,12 @@ class RolloutStorage:
         """``[T, N, ...]``: the observation that followed each step (after a done: the reset one)."""
         return self.frames()[1:]
 
-    def batch(self, gamma: float, gae_lambda: float, rewards: Optional[torch.Tensor] = None, **extra) -> Batch:
-        """Returns and advantages of the rollout, from ``rewards`` (default: the env rewards) plus
-        the time-limit bootstraps. ``extra`` fills the optional fields of :class:`Batch`."""
-        rewards = (self.rewards if rewards is None else rewards) + self.bootstrap
-        returns, advantages = compute_returns(rewards, self.values, self.dones, self.last_values, gamma, gae_lambda)
+    def batch(self, returns: torch.Tensor, advantages: torch.Tensor, **extra) -> Batch:
+        """The rollout with the ``returns`` and ``advantages`` the agent estimated for it; ``extra``
+        fills the optional fields of :class:`Batch`."""
         outputs = None
         if len(self.output_logits) == self.rollout_size:
             outputs = torch.stack(self.output_logits), torch.stack(self.output_values)
         return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
-                     returns=returns, advantages=advantages, values=self.values,
+                     returns=returns, advantages=advantages, values=self.values, log_probs=self.log_probs,
                      initial_state=self.initial_state, outputs=outputs, **extra)

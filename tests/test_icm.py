@@ -195,8 +195,9 @@ def test_icm_rewards_join_returns_and_vanish_at_episode_ends():
     intrinsic = batch.reward_parts["intrinsic"]
     assert intrinsic[1, 0] == 0 and (intrinsic >= 0).all() and intrinsic.sum() > 0
     # extrinsic_coeff 0: the returns are those of the intrinsic rewards alone.
-    expected = storage.batch(agent.gamma, agent.gae_lambda, rewards=intrinsic)
-    assert torch.equal(batch.returns, expected.returns)
+    expected, _ = compute_returns(intrinsic + storage.bootstrap, storage.values, storage.dones, storage.last_values,
+                                  agent.gamma, agent.gae_lambda)
+    assert torch.equal(batch.returns, expected)
     assert torch.equal(batch.next_obs[0], storage.obs[1]) and torch.equal(batch.next_obs[-1], storage.last_obs)
     terms = {k: v.detach() for k, v in agent.loss(batch).items()}
     assert float(terms["total"]) == pytest.approx(

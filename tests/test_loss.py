@@ -40,6 +40,7 @@ def make_batch(model, seed=0, returns_scale=1.0):
         returns=returns,
         advantages=returns - values,
         values=values,
+        log_probs=torch.zeros(T, N),
         initial_state=(h, torch.zeros(N, HIDDEN)),
     )
 

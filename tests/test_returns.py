@@ -171,7 +171,8 @@ def test_storage_insert_then_batch_round_trip():
     for t in range(T):
         storage.insert(t, obs[t], starts[t], actions[t], values[t], rewards[t], dones[t])
     storage.finish(obs[-1], torch.tensor([3.0, 10.0]))
-    batch = storage.batch(gamma=0.5, gae_lambda=1.0)
+    batch = storage.batch(*compute_returns(storage.rewards, storage.values, storage.dones, storage.last_values,
+                                           gamma=0.5, gae_lambda=1.0))
     assert isinstance(batch, Batch)
     assert batch.obs.dtype == torch.uint8
     assert torch.equal(batch.obs, obs)
@@ -186,20 +187,56 @@ def test_storage_insert_then_batch_round_trip():
     assert_close(batch.advantages, ref_adv)
 
 
-def test_storage_adds_time_limit_bootstrap_to_the_env_reward():
+def _agent(**kwargs):
+    from agent import A2CAgent
+    from model import ActorCritic
+    torch.manual_seed(0)
+    return A2CAgent(ActorCritic((1, 8, 8), 2, hidden_size=4), **kwargs)
+
+
+def test_agent_adds_the_time_limit_bootstrap_to_the_env_reward():
     """A truncated step's return is r + bootstrap (gamma * V(terminal obs)), and nothing flows past the done."""
-    storage = RolloutStorage(2, 1, (1, 2, 2))
-    zeros_obs = torch.zeros(1, 1, 2, 2, dtype=torch.uint8)
+    storage = RolloutStorage(2, 1, (1, 8, 8))
+    zeros_obs = torch.zeros(1, 1, 8, 8, dtype=torch.uint8)
     storage.insert(0, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
                    torch.tensor([1.0]), torch.tensor([1.0]), bootstrap=torch.tensor([0.9 * 4.0]))
     storage.insert(1, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
                    torch.tensor([2.0]), torch.tensor([0.0]))
     storage.finish(zeros_obs[0], torch.tensor([10.0]))
-    batch = storage.batch(gamma=0.9, gae_lambda=1.0)
+    batch = _agent(gamma=0.9, gae_lambda=1.0).make_batch(storage)
     # R1 = 2 + .9*10 = 11 ; R0 = 1 + 3.6 = 4.6 (cut by the done, so R1 is not added)
     expect(batch.returns, [[4.6], [11.0]])
-    # Mixing in other rewards keeps the bootstrap: R0 = 0 + 3.6, R1 = 0 + 9
-    expect(storage.batch(0.9, 1.0, rewards=torch.zeros(2, 1)).returns, [[3.6], [9.0]])
+    assert float(storage.rewards[0, 0]) == 1.0  # the env's reward itself is kept apart
+
+
+def test_agent_uses_the_estimator_it_is_configured_with():
+    """The estimator is a pure function handed to the agent; the storage only stores."""
+    seen = {}
+
+    def constant(rewards, values, dones, last_values):
+        seen.update(rewards=rewards.clone(), last_values=last_values.clone())
+        return torch.full_like(rewards, 7.0), torch.full_like(rewards, -1.0)
+
+    storage = RolloutStorage(2, 1, (1, 8, 8))
+    for t in range(2):
+        storage.insert(t, torch.zeros(1, 1, 8, 8, dtype=torch.uint8), torch.zeros(1), torch.zeros(1, dtype=torch.long),
+                       torch.zeros(1), torch.tensor([float(t + 1)]), torch.zeros(1), log_probs=torch.tensor([-0.5]))
+    storage.finish(torch.zeros(1, 1, 8, 8, dtype=torch.uint8), torch.tensor([3.0]))
+    batch = _agent(estimator=constant).make_batch(storage)
+    expect(batch.returns, [[7.0], [7.0]])
+    expect(batch.advantages, [[-1.0], [-1.0]])
+    expect(seen["rewards"], [[1.0], [2.0]])
+    expect(batch.log_probs, [[-0.5], [-0.5]])
+
+
+def test_storage_keeps_the_observation_dtype():
+    """Float observations stay float (a uint8 buffer would truncate them); frames stay one byte a pixel."""
+    storage = RolloutStorage(2, 2, (3,), obs_dtype=torch.float32)
+    storage.insert(0, torch.tensor([[0.25, -1.5, 3.0], [1e-3, 0.0, 2.0]]), torch.zeros(2),
+                   torch.zeros(2, dtype=torch.long), torch.zeros(2), torch.zeros(2), torch.zeros(2))
+    assert storage.obs.dtype == torch.float32
+    expect(storage.obs[0], [[0.25, -1.5, 3.0], [1e-3, 0.0, 2.0]])
+    assert RolloutStorage(2, 2, (1, 4, 4)).obs.dtype == torch.uint8
 
 
 def test_storage_start_detaches_and_clones_initial_state():

@@ -109,18 +109,20 @@ def test_acting_in_inference_mode_matches_no_grad():
     obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
     state, starts = agent.model.initial_state(4), torch.zeros(4)
     torch.manual_seed(7)
-    actions, values, next_state = agent.act(obs, state, starts)
+    actions, log_probs, values, next_state = agent.act(obs, state, starts)
     with torch.no_grad():
         logits, ref_values, ref_state = agent.model(obs, state, starts)
     torch.manual_seed(7)
     ref_actions = torch.distributions.Categorical(logits=logits).sample()
     assert torch.equal(actions, ref_actions)
+    assert torch.equal(log_probs, torch.distributions.Categorical(logits=logits).log_prob(actions))
     assert torch.equal(values, ref_values)
     assert all(torch.equal(a, b) for a, b in zip(next_state, ref_state))
     # Collecting with the graph samples the same actions from the same random stream.
     torch.manual_seed(7)
-    graph_actions, graph_logits, graph_values, _ = agent.act_with_graph(obs, state, starts)
+    graph_actions, graph_log_probs, graph_logits, graph_values, _ = agent.act_with_graph(obs, state, starts)
     assert torch.equal(graph_actions, actions) and torch.equal(graph_values.detach(), values)
+    assert torch.equal(graph_log_probs, log_probs) and graph_log_probs.grad_fn is None
     assert graph_logits.grad_fn is not None and torch.equal(graph_logits.detach(), logits)
     # The state it returns starts the next rollout, which is trained through: it must be usable with autograd.
     agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
