@@ -13,7 +13,8 @@ from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
 from model import ActorCritic, State
 from storage import Batch, RolloutStorage, compute_returns
-from utils import UsageError, load_checkpoint
+from checkpoints import load_checkpoint
+from utils import UsageError
 
 # (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -199,19 +200,19 @@ class A2CAgent:
         terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
         return terms
 
-    def update(self, batch: Batch, before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
-        """One gradient step. Returns the loss terms and ``grad_norm`` (before clipping) as floats.
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One gradient step on a rollout: :meth:`loss`, then :meth:`step`."""
+        return self.step(self.loss(batch))
 
-        ``before_step(stats)`` is called once the loss is known and before the weights change, so
-        a caller can save exactly the weights that produced that loss. A non-finite loss or
-        gradient leaves the weights and optimizer untouched and returns ``skipped = 1``: one bad
-        batch must not poison the run.
+    def step(self, terms: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Backpropagate ``terms["total"]``, clip, step. Returns the loss terms and ``grad_norm``
+        (before clipping) as floats.
+
+        A non-finite loss or gradient leaves the weights and optimizer untouched and returns
+        ``skipped = 1``: one bad batch must not poison the run.
         """
-        terms = self.loss(batch)
         stats = {name: float(value.detach()) for name, value in terms.items()}
         stats["skipped"] = 0.0
-        if before_step is not None:
-            before_step(stats)
         self.optimizer.zero_grad(set_to_none=True)
         if not math.isfinite(stats["total"]):
             stats["skipped"], stats["grad_norm"] = 1.0, float("nan")
@@ -261,6 +262,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                       device: torch.device | str = "cpu") -> A2CAgent:
     """A fresh agent with the network and optimizer that ``config`` describes."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
+                        feature_norm=config.feature_norm,
                         arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,

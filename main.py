@@ -20,12 +20,12 @@ from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "seed", "optimizer",
-                "log_dir", "icm", "icm_normalize"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "seed",
+                "optimizer", "log_dir", "icm", "icm_normalize"}
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "n_stack")
 # How long GNU OpenMP's idle threads spin before they sleep. Between two of torch's parallel ops
 # they spin, so the next op starts at once; by default they go on spinning for 300,000 rounds
 # after the network's last op, holding a core that the emulators need for the env step that
@@ -70,6 +70,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
+    switch("--feature-norm", "feature_norm")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)
@@ -274,8 +275,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from agent import agent_from_config
     from envs import check_env_id, make_vec_env
     from evaluate import PeriodicEvaluator
-    from runner import Runner, TrainingState, catch_up_bests, save_settings
-    from utils import UsageError, has_fast_bf16, probe_writable, seed_everything, set_rng_state
+    from checkpoints import TrainingState, catch_up_bests, restore
+    from runner import Runner, save_settings
+    from utils import UsageError, has_fast_bf16, probe_writable, seed_everything
 
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
@@ -305,12 +307,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         state = TrainingState()
         if checkpoint is not None:
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
-            agent.load(checkpoint, resume)
-            set_rng_state(checkpoint["rng"])
-            state = TrainingState(checkpoint["update"], checkpoint["step"], checkpoint["best_loss"],
-                                  checkpoint["best_reward"], tuple(checkpoint["episode_returns"]),
-                                  checkpoint.get("best_eval", -math.inf),
-                                  checkpoint.get("episode_count"))
+            state = restore(checkpoint, agent, resume)
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
@@ -352,7 +349,8 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     """
     from agent import load_model
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
-    from utils import UsageError, load_checkpoint, probe_writable, seed_everything
+    from checkpoints import load_checkpoint
+    from utils import UsageError, probe_writable, seed_everything
 
     checkpoint = load_checkpoint(load)
     env_name = config.env_name if "env_name" in typed else checkpoint["env_name"]
@@ -432,7 +430,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"--{typed_eval[0].replace('_', '-')}"
             raise UsageError(f"{flag} is for --eval (with --load PATH)")
         if args.resume is not None:
-            from utils import load_checkpoint
+            from checkpoints import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
             config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)

@@ -26,50 +26,15 @@ from stable_baselines3.common.vec_env import VecEnv
 from tqdm import tqdm
 
 from agent import A2CAgent
+from checkpoints import Checkpoints, TrainingState
 from config import Config
 from storage import Batch, RolloutStorage
-from utils import (CHECKPOINT_FORMAT, EpisodeStats, UsageError, atomic_save, atomic_write, explained_variance,
-                   linear_schedule, load_checkpoint, resident_memory_mib, rng_state)
+from utils import atomic_write, explained_variance, linear_schedule, resident_memory_mib
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
 # Below this spread across envs (with most gates saturated) the LSTM's output no longer depends on
 # the frames: 0.007 for a fresh network on Pong, 1e-5 and less for one whose gates saturated.
 DEAD_CORE_OUTPUT_STD = 1e-4
-
-
-class TrainingState:
-    """Counters and records that a resumed run carries on from."""
-
-    def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
-                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = (),
-                 best_eval: float = -math.inf, episode_count: Optional[int] = None) -> None:
-        self.update, self.step = update, step
-        self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
-        self.episodes = EpisodeStats(100, episode_returns, episode_count)
-
-
-BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
-
-
-def catch_up_bests(state: TrainingState, run_dir: str) -> None:
-    """Raise ``state``'s bests to the best any of the run's best checkpoints recorded.
-
-    A run killed hard (SIGKILL, out of memory) leaves an ``a2c_last`` up to
-    ``checkpoint_interval`` updates older than a best checkpoint written after it. Resumed with
-    that ``a2c_last``'s bests alone, the first lesser improvement would overwrite the better
-    checkpoint. A best checkpoint that cannot be read is left to be replaced by the next best.
-    """
-    for name in BEST_CHECKPOINTS:
-        path = os.path.join(run_dir, name)
-        if not os.path.isfile(path):
-            continue
-        try:
-            saved = load_checkpoint(path)
-        except UsageError:
-            continue
-        state.best_loss = min(state.best_loss, saved.get("best_loss", math.inf))
-        state.best_reward = max(state.best_reward, saved.get("best_reward", -math.inf))
-        state.best_eval = max(state.best_eval, saved.get("best_eval", -math.inf))
 
 
 # Plays the current policy for whole games on envs of its own and returns their raw scores.
@@ -93,6 +58,7 @@ class Runner:
         self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
+        self.checkpoints = Checkpoints(run_dir, agent, config)
         self.writer = writer
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
@@ -230,11 +196,10 @@ class Runner:
                 self.agent.set_lr(scheduled_lr(cfg, st.update))
                 self.new_episodes = 0
                 batch = self.collect()
-                if self.new_episodes and st.episodes.mean > st.best_reward:
-                    # The weights that played this rollout, saved before the update changes them.
-                    st.best_reward = st.episodes.mean
-                    self.save("a2c_best_reward", full=False)
-                stats = self.agent.update(batch, before_step=self._maybe_save_best_loss)
+                self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
+                terms = self.agent.loss(batch)
+                self.checkpoints.loss_computed(st, float(terms["total"].detach()))
+                stats = self.agent.step(terms)
                 st.update += 1
                 st.step += cfg.steps_per_update
                 stats.update(rollout_stats(batch))
@@ -322,9 +287,7 @@ class Runner:
             self.writer.add_scalar("eval/return_max", max(scores), step)
         tqdm.write(f"evaluation at {self.state.step} env steps: mean score {mean:.2f} over {len(scores)} games",
                    file=sys.stderr)
-        if mean > self.state.best_eval:
-            self.state.best_eval = mean
-            self.save("a2c_best_eval", full=False)
+        self.checkpoints.evaluated(self.state, mean)
         return mean
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
@@ -347,38 +310,9 @@ class Runner:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
-    # ------------------------------------------------------------------ checkpoints
-    def _maybe_save_best_loss(self, stats: dict[str, float]) -> None:
-        """Called by the agent after the loss and before the step: the saved weights produced that loss."""
-        if math.isfinite(stats["total"]) and stats["total"] < self.state.best_loss:
-            self.state.best_loss = stats["total"]
-            self.save("a2c_best_loss", full=False)
-
-    def checkpoint(self, full: bool = True) -> dict[str, Any]:
-        """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
-        st = self.state
-        data: dict[str, Any] = {
-            "format": CHECKPOINT_FORMAT,
-            **self.agent.state(full),
-            "env_name": self.config.env_name,
-            "config": self.config.to_dict(),
-            "update": st.update,
-            "step": st.step,
-            "best_loss": st.best_loss,
-            "best_reward": st.best_reward,
-            "best_eval": st.best_eval,
-            "mean_return": st.episodes.mean,
-        }
-        if full:
-            data["episode_returns"] = list(st.episodes.returns)
-            data["episode_count"] = st.episodes.count
-            data["rng"] = rng_state()
-        return data
-
     def save(self, name: str, full: bool = True) -> str:
-        path = os.path.join(self.run_dir, name)
-        atomic_save(self.checkpoint(full), path)
-        return path
+        """Write checkpoint ``name`` of the run as it stands (see ``checkpoints.py``)."""
+        return self.checkpoints.save(name, self.state, full)
 
 
 def rollout_stats(batch: Batch) -> dict[str, float]:

@@ -5,7 +5,6 @@ Nothing here imports another module of this project.
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import tempfile
 from collections import deque
@@ -69,13 +68,8 @@ def _as_tuples(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoints: atomic writes, safe reads
+# Files: atomic writes
 # ---------------------------------------------------------------------------------------------
-def atomic_save(obj: Any, path: str) -> None:
-    """Write `obj` with `torch.save` so that a kill at any moment leaves the old file intact."""
-    atomic_write(path, lambda f: torch.save(obj, f))
-
-
 def atomic_write(path: str, write: Callable[[IO], Any], binary: bool = True) -> None:
     """Create or replace the file `path` with what `write(file)` writes, all or nothing.
 
@@ -113,43 +107,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def load_checkpoint(path: str) -> dict[str, Any]:
-    """Load a checkpoint written by this project; never runs code (`weights_only=True`).
-
-    Raises `UsageError` with a one-line reason for a missing, truncated or foreign file.
-    """
-    if not os.path.isfile(path):
-        raise UsageError(f"checkpoint not found: {path}")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated archive, random bytes, empty file, pickled code...
-        if isinstance(exc, pickle.UnpicklingError) and "GLOBAL" in str(exc):
-            raise UsageError(f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
-                             f"values; refused (weights_only)") from None
-        raise UsageError(f"cannot read checkpoint {path}: truncated or corrupt file") from None
-    if not isinstance(data, dict) or data.get("format") not in (CHECKPOINT_FORMAT, *OLDER_FORMATS):
-        raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
-    return upgraded(data)
-
-
-CHECKPOINT_FORMAT = "recurrent-a2c/2"
-OLDER_FORMATS = ("recurrent-a2c/1",)
-
-
-def upgraded(data: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint of an older format in the current one, meaning what it meant when it was written.
-
-    Format 1 named ``torch.optim.RMSprop`` "rmsprop"; that name is now the TensorFlow form, so a
-    format-1 run is resumed with the optimizer (and the optimizer state) it was trained with.
-    """
-    if data["format"] == "recurrent-a2c/1":
-        for holder, key in ((data.get("config", {}), "optimizer"), (data, "optimizer_name")):
-            if holder.get(key) == "rmsprop":
-                holder[key] = "torch-rmsprop"
-        data["format"] = CHECKPOINT_FORMAT
-    return data
 
 
 # ---------------------------------------------------------------------------------------------

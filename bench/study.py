@@ -295,7 +295,8 @@ def find_run_dir(root: str) -> Optional[str]:
 
 def checkpoint_update(path: str) -> Optional[int]:
     """The update count saved in the checkpoint at ``path``; None if it cannot be read."""
-    from utils import UsageError, load_checkpoint
+    from checkpoints import load_checkpoint
+    from utils import UsageError
 
     try:
         return int(load_checkpoint(path)["update"])

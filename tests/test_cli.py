@@ -14,7 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import main as cli
-from utils import CHECKPOINT_FORMAT
+from checkpoints import CHECKPOINT_FORMAT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 2 envs x 5 steps = 10 env steps an update; a 120-frame cap (30 agent steps) makes episodes end

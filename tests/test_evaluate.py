@@ -46,6 +46,16 @@ def wrapper_chain(envs, i: int = 0) -> list[gym.Env]:
     return chain + [env]
 
 
+def video_codec(path: str) -> str:
+    """The codec ffmpeg reads in a video file ('h264' plays in browsers, TensorBoard and GitHub)."""
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(path)
+    meta = next(reader)
+    reader.close()
+    return meta["codec"]
+
+
 def video_frames(path: str) -> tuple[int, tuple[int, ...]]:
     """(frames decoded, shape of a frame) of a video file."""
     cap = cv2.VideoCapture(path)
@@ -239,6 +249,7 @@ def test_videos_hold_every_emulator_frame_and_name_episode_and_score(tmp_path):
         env, episode, score = VIDEO_NAME.match(name).groups()
         frames, shape = video_frames(str(tmp_path / name))
         assert shape == (210, 160, 3)  # the real screen, not the network's 84x84 input
+        assert video_codec(str(tmp_path / name)) == "h264"
         found.append((int(env), int(episode), float(score), frames))
     # Env 0 plays 1 game, env 1 plays 2; episode numbers are unique across envs.
     assert sorted((env, episode) for env, episode, _, _ in found) == [(0, 1), (1, 2), (1, 3)]

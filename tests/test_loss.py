@@ -1,5 +1,5 @@
 """agent.a2c_loss and A2CAgent.update: hand-computed loss terms, constant targets, clipping,
-the before_step hook, skipping non-finite batches, and determinism."""
+loss then step, skipping non-finite batches, and determinism."""
 import copy
 import math
 
@@ -156,21 +156,22 @@ def test_update_reports_preclip_grad_norm_and_clips_the_step():
     assert float(torch.nn.functional.cosine_similarity(flat_d, -flat_g, dim=0)) > 0.9999
 
 
-def test_before_step_sees_weights_before_they_change():
+def test_loss_leaves_the_weights_and_step_applies_that_loss():
+    """update = loss then step: between them the weights are those that produced the loss (what
+    a2c_best_loss keeps), and step applies exactly that loss."""
     model = make_model()
     agent = A2CAgent(model, lr=1e-2)
     batch = make_batch(model)
     before = params_copy(model)
-    seen = {}
-
-    def before_step(stats):
-        seen["params"] = params_copy(model)
-        seen["stats"] = dict(stats)
-
-    stats = agent.update(batch, before_step=before_step)
-    assert all(torch.equal(a, b) for a, b in zip(seen["params"], before))
-    assert seen["stats"]["total"] == stats["total"]
+    terms = agent.loss(batch)
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
+    stats = agent.step(terms)
+    assert stats["total"] == float(terms["total"].detach())
     assert not all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
+    # update() is the same two calls
+    again = A2CAgent(make_model(), lr=1e-2)
+    assert again.update(make_batch(again.model)) == stats
+    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(again.model.parameters(), model.parameters()))
 
 
 @pytest.mark.parametrize("how", ["nan_returns", "inf_gradient"])

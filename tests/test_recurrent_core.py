@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from torch.testing import assert_close
 
-import utils
+import checkpoints
 from agent import RMSpropTF, agent_from_config, load_agent, make_optimizer
 from config import Config
 from model import ActorCritic
@@ -112,13 +113,30 @@ def test_format_1_checkpoint_resumes_with_the_optimizer_it_was_trained_with(tmp_
     old = {"format": "recurrent-a2c/1", **agent.state(), "config": {**config.to_dict(), "optimizer": "rmsprop"},
            "env_name": config.env_name}
     old["optimizer_name"] = "rmsprop"
-    utils.atomic_save(old, str(tmp_path / "a2c_last"))
+    checkpoints.atomic_save(old, str(tmp_path / "a2c_last"))
 
-    data = utils.load_checkpoint(str(tmp_path / "a2c_last"))
-    assert data["format"] == utils.CHECKPOINT_FORMAT
+    data = checkpoints.load_checkpoint(str(tmp_path / "a2c_last"))
+    assert data["format"] == checkpoints.CHECKPOINT_FORMAT
     assert data["config"]["optimizer"] == data["optimizer_name"] == "torch-rmsprop"
     resumed = load_agent(str(tmp_path / "a2c_last"))
     assert type(resumed.optimizer) is torch.optim.RMSprop
     saved = agent.optimizer.state_dict()["state"]
     assert all(torch.equal(resumed.optimizer.state_dict()["state"][i]["square_avg"], s["square_avg"])
                for i, s in saved.items())
+
+
+def test_feature_norm_normalizes_each_frames_features_and_old_specs_still_build(tmp_path):
+    """--feature-norm: each frame's features reach the core with zero mean and unit spread; a
+    checkpoint's spec without the key (older runs) builds the network without the norm."""
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, feature_norm=True)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        features = model.encode(obs)
+        raw = model.encoder(obs)
+    assert_close(features.mean(1), torch.zeros(3), atol=1e-5, rtol=0)
+    assert_close(features.std(1, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
+    assert not torch.allclose(raw.mean(1), torch.zeros(3), atol=1e-2)  # the encoder's own are not
+    assert model.spec["feature_norm"] is True
+    old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "feature_norm"}
+    assert ActorCritic(**old_spec).feature_norm is None

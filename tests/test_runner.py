@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import checkpoints
 import utils
 from agent import agent_from_config, load_model
 from config import Config
@@ -65,18 +66,19 @@ def test_reloaded_checkpoints_give_identical_action_probabilities(tmp_path):
 def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path):
     runner = build_runner(small_config(num_updates=3), tmp_path)
     snapshots = []
-    original = runner._maybe_save_best_loss
+    loss = runner.agent.loss
 
-    def spy(stats):
-        snapshots.append((stats["total"], {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
-        original(stats)
+    def spy(batch):  # the weights as each loss is computed from them
+        terms = loss(batch)
+        snapshots.append((float(terms["total"]), {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
+        return terms
 
-    runner._maybe_save_best_loss = spy
+    runner.agent.loss = spy
     runner.train()
     runner.envs.close()
     saved = torch.load(os.path.join(tmp_path, "a2c_best_loss"), weights_only=True)
-    loss, weights = min(snapshots, key=lambda s: s[0])
-    assert saved["best_loss"] == loss
+    best, weights = min(snapshots, key=lambda s: s[0])
+    assert saved["best_loss"] == best
     assert all(torch.equal(saved["model"][k], weights[k]) for k in weights)
 
 
@@ -184,7 +186,7 @@ def test_non_finite_losses_skip_then_stop_with_last_good_weights(tmp_path, capsy
 
 def test_atomic_save_keeps_old_file_when_write_fails(tmp_path, monkeypatch):
     path = tmp_path / "a2c_last"
-    utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, "v": torch.tensor(1)}, str(path))
+    checkpoints.atomic_save({"format": checkpoints.CHECKPOINT_FORMAT, "v": torch.tensor(1)}, str(path))
 
     def broken_save(obj, f):
         f.write(b"partial bytes")
@@ -192,9 +194,9 @@ def test_atomic_save_keeps_old_file_when_write_fails(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(KeyboardInterrupt):
-        utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, "v": torch.tensor(2)}, str(path))
+        checkpoints.atomic_save({"format": checkpoints.CHECKPOINT_FORMAT, "v": torch.tensor(2)}, str(path))
     monkeypatch.undo()
-    assert int(utils.load_checkpoint(str(path))["v"]) == 1
+    assert int(checkpoints.load_checkpoint(str(path))["v"]) == 1
     assert os.listdir(tmp_path) == ["a2c_last"]
 
 
@@ -205,14 +207,14 @@ class _Payload:
 
 def test_checkpoint_that_would_run_code_is_refused(tmp_path):
     path = tmp_path / "evil"
-    torch.save({"format": utils.CHECKPOINT_FORMAT, "x": _Payload()}, path)
+    torch.save({"format": checkpoints.CHECKPOINT_FORMAT, "x": _Payload()}, path)
     with pytest.raises(utils.UsageError, match="refused"):
-        utils.load_checkpoint(str(path))
+        checkpoints.load_checkpoint(str(path))
 
 
 def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
     utils.seed_everything(5)
-    utils.atomic_save({"rng": utils.rng_state()}, str(tmp_path / "s"))
+    checkpoints.atomic_save({"rng": utils.rng_state()}, str(tmp_path / "s"))
     expected = (np.random.rand(), torch.rand(1).item(), __import__("random").random())
     utils.seed_everything(99)
     utils.set_rng_state(torch.load(tmp_path / "s", weights_only=True)["rng"])
@@ -256,7 +258,7 @@ def test_learning_rate_schedule_follows_the_update_count():
 
 def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
     """A resumed run (update 2 of 4) continues the linear decay rather than restarting it."""
-    from runner import TrainingState
+    from checkpoints import TrainingState
 
     config = small_config(num_updates=4, lr=1e-3, lr_schedule="linear")
     runner = build_runner(config, tmp_path)

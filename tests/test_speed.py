@@ -28,7 +28,7 @@ import torch
 from torch.testing import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import utils
+import checkpoints
 from agent import agent_from_config, load_model
 from config import Config
 from model import ActorCritic, ConvEncoder, NatureEncoder
@@ -90,7 +90,7 @@ def test_nature_checkpoint_plays_back(tmp_path):
     config = Config(arch="nature", recurrent=False)
     agent = agent_from_config(config, (4, 84, 84), 6)
     path = str(tmp_path / "a2c_last")
-    utils.atomic_save({"format": utils.CHECKPOINT_FORMAT, **agent.state(full=False)}, path)
+    checkpoints.atomic_save({"format": checkpoints.CHECKPOINT_FORMAT, **agent.state(full=False)}, path)
     model = load_model(path)
     assert isinstance(model.encoder, NatureEncoder) and not model.recurrent
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)

@@ -1,0 +1,169 @@
+"""Checkpoints: the whole format in one module, written atomically and read with ``weights_only=True``.
+
+A checkpoint is a dict of tensors and plain values::
+
+    format                         CHECKPOINT_FORMAT (older formats are upgraded when read)
+    model_spec, model              what rebuilds the network, and its weights
+    env_name, config               the game and every setting of the run (config.Config.to_dict)
+    update, step                   gradient updates and env steps done
+    best_loss, best_reward, best_eval, mean_return
+    optimizer, optimizer_name      } full checkpoints only (a2c_last): what a resume needs to
+    intrinsic, intrinsic_std       } continue exactly where the run stopped; intrinsic* only
+    episode_returns, episode_count } with curiosity
+    rng
+
+A run writes ``a2c_last`` (full) every ``checkpoint_interval`` updates and on the way out, and
+keeps three weights-only files by their rules (see :class:`Checkpoints`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+from typing import Any, Optional
+
+import torch
+
+from utils import EpisodeStats, UsageError, atomic_write, rng_state, set_rng_state
+
+CHECKPOINT_FORMAT = "recurrent-a2c/2"
+OLDER_FORMATS = ("recurrent-a2c/1",)
+BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """Write ``obj`` with ``torch.save`` so that a kill at any moment leaves the old file intact."""
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def load_checkpoint(path: str) -> dict[str, Any]:
+    """Load a checkpoint written by this project; never runs code (``weights_only=True``).
+
+    Raises ``UsageError`` with a one-line reason for a missing, truncated or foreign file.
+    """
+    if not os.path.isfile(path):
+        raise UsageError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated archive, random bytes, empty file, pickled code...
+        if isinstance(exc, pickle.UnpicklingError) and "GLOBAL" in str(exc):
+            raise UsageError(f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
+                             f"values; refused (weights_only)") from None
+        raise UsageError(f"cannot read checkpoint {path}: truncated or corrupt file") from None
+    if not isinstance(data, dict) or data.get("format") not in (CHECKPOINT_FORMAT, *OLDER_FORMATS):
+        raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
+    return upgraded(data)
+
+
+def upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of an older format in the current one, meaning what it meant when it was written.
+
+    Format 1 named ``torch.optim.RMSprop`` "rmsprop"; that name is now the TensorFlow form, so a
+    format-1 run is resumed with the optimizer (and the optimizer state) it was trained with.
+    """
+    if data["format"] == "recurrent-a2c/1":
+        for holder, key in ((data.get("config", {}), "optimizer"), (data, "optimizer_name")):
+            if holder.get(key) == "rmsprop":
+                holder[key] = "torch-rmsprop"
+        data["format"] = CHECKPOINT_FORMAT
+    return data
+
+
+class TrainingState:
+    """Counters and records that a resumed run carries on from."""
+
+    def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
+                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = (),
+                 best_eval: float = -math.inf, episode_count: Optional[int] = None) -> None:
+        self.update, self.step = update, step
+        self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
+        self.episodes = EpisodeStats(100, episode_returns, episode_count)
+
+    def to_dict(self, full: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {"update": self.update, "step": self.step, "best_loss": self.best_loss,
+                                "best_reward": self.best_reward, "best_eval": self.best_eval,
+                                "mean_return": self.episodes.mean}
+        if full:
+            data["episode_returns"] = list(self.episodes.returns)
+            data["episode_count"] = self.episodes.count
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainingState":
+        """The state saved in a full checkpoint (``best_eval`` and ``episode_count`` may be missing in old ones)."""
+        return cls(data["update"], data["step"], data["best_loss"], data["best_reward"],
+                   tuple(data["episode_returns"]), data.get("best_eval", -math.inf), data.get("episode_count"))
+
+
+class Checkpoints:
+    """Writes one run's checkpoints into ``run_dir`` and keeps its best-checkpoint rules.
+
+    * ``a2c_best_loss``: the weights that produced the lowest loss, saved before the step changes them;
+    * ``a2c_best_reward``: the weights that played the rollout after which the mean of the last 100
+      games peaked, saved before the update changes them;
+    * ``a2c_best_eval``: the weights with the best mean score at a periodic evaluation.
+
+    ``agent`` is anything with ``state(full)`` (see ``agent.A2CAgent.state``).
+    """
+
+    def __init__(self, run_dir: str, agent: Any, config: Any) -> None:
+        self.run_dir, self.agent, self.config = run_dir, agent, config
+
+    def to_dict(self, state: TrainingState, full: bool = True) -> dict[str, Any]:
+        """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
+        data = {"format": CHECKPOINT_FORMAT, **self.agent.state(full), "env_name": self.config.env_name,
+                "config": self.config.to_dict(), **state.to_dict(full)}
+        if full:
+            data["rng"] = rng_state()
+        return data
+
+    def save(self, name: str, state: TrainingState, full: bool = True) -> str:
+        path = os.path.join(self.run_dir, name)
+        atomic_save(self.to_dict(state, full), path)
+        return path
+
+    def loss_computed(self, state: TrainingState, total: float) -> None:
+        """Before the step: keep these weights if they produced the lowest loss so far."""
+        if math.isfinite(total) and total < state.best_loss:
+            state.best_loss = total
+            self.save("a2c_best_loss", state, full=False)
+
+    def rollout_played(self, state: TrainingState, games_ended: bool) -> None:
+        """Before the update: keep the weights that played this rollout if the mean of the last 100 games peaked."""
+        if games_ended and state.episodes.mean > state.best_reward:
+            state.best_reward = state.episodes.mean
+            self.save("a2c_best_reward", state, full=False)
+
+    def evaluated(self, state: TrainingState, mean: float) -> None:
+        """Keep the weights whose periodic evaluation scored best."""
+        if mean > state.best_eval:
+            state.best_eval = mean
+            self.save("a2c_best_eval", state, full=False)
+
+
+def restore(checkpoint: dict[str, Any], agent: Any, path: str) -> TrainingState:
+    """Put a full checkpoint back: the agent's weights and optimizer, every random stream, the counters."""
+    agent.load(checkpoint, path)
+    set_rng_state(checkpoint["rng"])
+    return TrainingState.from_dict(checkpoint)
+
+
+def catch_up_bests(state: TrainingState, run_dir: str) -> None:
+    """Raise ``state``'s bests to the best any of the run's best checkpoints recorded.
+
+    A run killed hard (SIGKILL, out of memory) leaves an ``a2c_last`` up to
+    ``checkpoint_interval`` updates older than a best checkpoint written after it. Resumed with
+    that ``a2c_last``'s bests alone, the first lesser improvement would overwrite the better
+    checkpoint. A best checkpoint that cannot be read is left to be replaced by the next best.
+    """
+    for name in BEST_CHECKPOINTS:
+        path = os.path.join(run_dir, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            saved = load_checkpoint(path)
+        except UsageError:
+            continue
+        state.best_loss = min(state.best_loss, saved.get("best_loss", math.inf))
+        state.best_reward = max(state.best_reward, saved.get("best_reward", -math.inf))
+        state.best_eval = max(state.best_eval, saved.get("best_eval", -math.inf))
