@@ -52,6 +52,8 @@ class Config:
     """Conv encoder followed by an LSTMCell; False drops the LSTM (feed-forward)."""
     hidden_size: int = 256
     """Size of the LSTM state."""
+    feature_norm: bool = False
+    """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
 
     # --- algorithm
     rollout_size: int = 5

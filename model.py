@@ -125,16 +125,19 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
-                 bf16: bool = False) -> None:
+                 bf16: bool = False, feature_norm: bool = False) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
-                     "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch}
+                     "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
+                     "feature_norm": bool(feature_norm)}
         self.recurrent = recurrent
         self.hidden_size = hidden_size
         self.bf16 = bf16
         self.encoder = build_encoder(obs_shape, arch, channels_last)
         features = self.encoder.out_features
+        # Each frame's features to zero mean and unit spread (learned scale and shift) before the core.
+        self.feature_norm = nn.LayerNorm(features) if feature_norm else None
         if recurrent:
             self.lstm = nn.LSTMCell(features, hidden_size)
             features = hidden_size
@@ -165,11 +168,14 @@ class ActorCritic(nn.Module):
         return (zeros, zeros.clone())
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """Float32 features ``[N, F]`` of the observations ``[N, ...]``: the encoder, in bfloat16 with ``bf16``."""
+        """Float32 features ``[N, F]`` of the observations ``[N, ...]``: the encoder (in bfloat16
+        with ``bf16``), then the layer norm with ``feature_norm``."""
         if not self.bf16:
-            return self.encoder(obs)
-        with torch.autocast(obs.device.type, dtype=torch.bfloat16):
-            return self.encoder(obs).float()
+            features = self.encoder(obs)
+        else:
+            with torch.autocast(obs.device.type, dtype=torch.bfloat16):
+                features = self.encoder(obs).float()
+        return features if self.feature_norm is None else self.feature_norm(features)
 
     @contextlib.contextmanager
     def casting_once(self) -> Iterator[None]:
