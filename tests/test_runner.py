@@ -70,7 +70,7 @@ def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path
 
     def spy(batch):  # the weights as each loss is computed from them
         terms = loss(batch)
-        snapshots.append((float(terms["total"]), {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
+        snapshots.append((float(terms["total"].detach()), {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
         return terms
 
     runner.agent.loss = spy
