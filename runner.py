@@ -12,24 +12,22 @@ gradients never cross into an earlier rollout.
 from __future__ import annotations
 
 import json
-import math
-from collections import deque
 import os
-import signal
-import sys
 import time
+from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
-from tqdm import tqdm
 
 from agent import A2CAgent
 from checkpoints import Checkpoints, TrainingState
 from config import Config
+from control import RunContext, StopSignals
+from metrics import Metrics
 from storage import Batch, RolloutStorage
-from utils import atomic_write, explained_variance, linear_schedule, resident_memory_mib
+from utils import atomic_write, explained_variance, linear_schedule
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
 # Below this spread across envs (with most gates saturated) the LSTM's output no longer depends on
@@ -51,7 +49,8 @@ class Runner:
 
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
-                 evaluator: Optional[Evaluator] = None, keep_graph: bool = True) -> None:
+                 evaluator: Optional[Evaluator] = None, keep_graph: bool = True,
+                 context: RunContext = RunContext()) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
         # Collect with gradients and train through that forward pass (False: run the rollout again in the update).
         self.keep_graph = keep_graph
@@ -59,7 +58,7 @@ class Runner:
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config)
-        self.writer = writer
+        self.context = context
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
                                       obs_dtype)
@@ -69,9 +68,10 @@ class Runner:
                                     pin_memory=True) if self.device.type == "cuda" else None
         self.obs = self._to_tensor(envs.reset())
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
-        self.stop_requested = False
+        self.stop = StopSignals()
         self.stop_reason = ""
         self.warned_dead_core = False
+        self.metrics = Metrics(writer, enabled=context.is_main)
         self.new_episodes = 0  # episodes finished in the current update
         self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
         self.reward_part_sums: dict[str, torch.Tensor] = {}
@@ -146,10 +146,9 @@ class Runner:
             self.state.episodes.add(episode["r"])
             self.new_episodes += 1
             self.episode_ends.append((t, i))
-            if self.writer is not None:
-                self.writer.add_scalar("episode/return", episode["r"], step)
-                self.writer.add_scalar("episode/length", episode["l"], step)
-                self.writer.add_scalar("episode/return_mean100", self.state.episodes.mean, step)
+            self.metrics.scalar("episode/return", episode["r"], step)
+            self.metrics.scalar("episode/length", episode["l"], step)
+            self.metrics.scalar("episode/return_mean100", self.state.episodes.mean, step)
 
     def _log_reward_parts(self, batch: Batch) -> None:
         """Per-episode sums of any extra reward the agent mixed in (e.g. curiosity), by name.
@@ -168,14 +167,13 @@ class Runner:
                 sums += rewards[t]
                 while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
                     i = self.episode_ends[ended][1]
-                    if self.writer is not None:
-                        step = self.state.step + (t + 1) * self.config.num_envs
-                        self.writer.add_scalar(f"episode/return_{name}", float(sums[i]), step)
+                    step = self.state.step + (t + 1) * self.config.num_envs
+                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]), step)
                     sums[i] = 0.0
                     ended += 1
-            if self.writer is not None and (self.state.update + 1) % self.config.log_interval == 0:
-                self.writer.add_scalar(f"rewards/{name}_mean", float(rewards.mean()), end_step)
-                self.writer.add_scalar(f"rewards/{name}_max", float(rewards.max()), end_step)
+            if (self.state.update + 1) % self.config.log_interval == 0:
+                self.metrics.scalar(f"rewards/{name}_mean", float(rewards.mean()), end_step)
+                self.metrics.scalar(f"rewards/{name}_max", float(rewards.max()), end_step)
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:
@@ -183,82 +181,60 @@ class Runner:
 
         ``a2c_last`` is written periodically and always on the way out, and TensorBoard is flushed.
         """
-        cfg, st = self.config, self.state
-        previous_handlers = self._install_signal_handlers()
-        bar = tqdm(total=cfg.total_steps, initial=st.step, unit="step", unit_scale=True,
-                   disable=not cfg.progress, dynamic_ncols=True, file=sys.stderr)
-        interval: dict[str, list[float]] = {}  # [sum, count] of each finite stat of the good updates since the last log
-        interval_updates = skipped_in_a_row = 0
+        cfg, st, metrics = self.config, self.state, self.metrics
+        metrics.start_progress(cfg.total_steps, st.step, cfg.progress)
+        skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
-        try:
-            while st.update < cfg.num_updates and not self.stop_requested:
-                # Set every update, so a resumed optimizer state never brings back a stale rate.
-                self.agent.set_lr(scheduled_lr(cfg, st.update))
-                self.new_episodes = 0
-                batch = self.collect()
-                self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
-                terms = self.agent.loss(batch)
-                self.checkpoints.loss_computed(st, float(terms["total"].detach()))
-                stats = self.agent.step(terms)
-                st.update += 1
-                st.step += cfg.steps_per_update
-                stats.update(rollout_stats(batch))
-                stats["lr"] = self.agent.lr
-                self.history.append(stats)
+        with self.stop:
+            try:
+                while st.update < cfg.num_updates and not self.context.any(self.stop.requested):
+                    # Set every update, so a resumed optimizer state never brings back a stale rate.
+                    self.agent.set_lr(scheduled_lr(cfg, st.update))
+                    self.new_episodes = 0
+                    batch = self.collect()
+                    self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
+                    terms = self.agent.loss(batch)
+                    self.checkpoints.loss_computed(st, float(terms["total"].detach()))
+                    stats = self.agent.step(terms)
+                    st.update += 1
+                    st.step += cfg.steps_per_update
+                    stats.update(rollout_stats(batch))
+                    stats["lr"] = self.agent.lr
+                    self.history.append(stats)
 
-                if stats["skipped"]:
-                    skipped_in_a_row += 1
-                    tqdm.write(f"warning: non-finite loss at update {st.update}; update skipped", file=sys.stderr)
-                    if skipped_in_a_row >= cfg.max_skipped_updates:
-                        self.stop_reason = f"{skipped_in_a_row} non-finite losses in a row; stopped with the last good weights"
-                        tqdm.write(f"error: {self.stop_reason}", file=sys.stderr)
+                    if stats["skipped"]:
+                        skipped_in_a_row += 1
+                        metrics.say(f"warning: non-finite loss at update {st.update}; update skipped")
+                    else:
+                        skipped_in_a_row = 0
+                        metrics.add_update(stats)
+                    if self.context.any(skipped_in_a_row >= cfg.max_skipped_updates):
+                        self.stop_reason = (f"{skipped_in_a_row} non-finite losses in a row; "
+                                            f"stopped with the last good weights")
+                        metrics.say(f"error: {self.stop_reason}")
                         break
-                else:
-                    skipped_in_a_row = 0
-                    interval_updates += 1
-                    for key, value in stats.items():
-                        if math.isfinite(value):  # e.g. explained variance is undefined for constant returns
-                            total = interval.setdefault(key, [0.0, 0])
-                            total[0] += value
-                            total[1] += 1
 
-                if self.writer is not None and st.update % cfg.log_interval == 0 and interval_updates:
-                    now = time.perf_counter()
-                    fps = (st.step - tic_step) / max(now - tic, 1e-9)
-                    tic, tic_step = now, st.step
-                    self._log_scalars({k: total / count for k, (total, count) in interval.items()}, fps)
-                    self._log_core_health()
-                    interval, interval_updates = {}, 0
-                if self.writer is not None and st.update % cfg.histogram_interval == 0:
-                    self.writer.add_histogram("rollout/advantages", batch.advantages, st.step)
-                    self.writer.add_histogram("rollout/values", batch.values, st.step)
-                    self.writer.add_histogram("rollout/returns", batch.returns, st.step)
-                if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
-                    self.evaluate()
-                if st.update % cfg.checkpoint_interval == 0:
-                    self.save("a2c_last")
-                bar.update(cfg.steps_per_update)
-                if st.update % 10 == 0:
-                    bar.set_postfix(mean100=f"{st.episodes.mean:.1f}", episodes=st.episodes.count, refresh=False)
-        finally:
-            bar.close()
-            self.save("a2c_last")
-            if self.writer is not None:
-                self.writer.flush()
-            self._restore_signal_handlers(previous_handlers)
+                    if st.update % cfg.log_interval == 0 and metrics.interval_updates:
+                        now = time.perf_counter()
+                        fps = (st.step - tic_step) / max(now - tic, 1e-9)
+                        tic, tic_step = now, st.step
+                        metrics.log_interval(st.step, self.agent.lr, fps)
+                        self._log_core_health()
+                    if st.update % cfg.histogram_interval == 0:
+                        for name in ("advantages", "values", "returns"):
+                            metrics.histogram(f"rollout/{name}", getattr(batch, name), st.step)
+                    if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
+                        self.evaluate()
+                    if st.update % cfg.checkpoint_interval == 0:
+                        self.save("a2c_last")
+                    metrics.progress(cfg.steps_per_update, *((st.episodes.mean, st.episodes.count)
+                                                             if st.update % 10 == 0 else ()))
+            finally:
+                metrics.close()
+                self.save("a2c_last")  # still inside: a second Ctrl+C cannot cut this write short
+        if self.stop.requested and not self.stop_reason:
+            self.stop_reason = self.stop.reason
         return st
-
-    def _log_scalars(self, means: dict[str, float], fps: float) -> None:
-        """The interval's mean stats: plain names are losses, ``group/name`` keep their group."""
-        step, w = self.state.step, self.writer
-        for key, value in means.items():
-            if key in ("skipped", "lr"):
-                continue
-            tag = key if "/" in key else (f"train/{key}" if key in ("explained_variance", "grad_norm") else f"loss/{key}")
-            w.add_scalar(tag, value, step)
-        w.add_scalar("train/lr", self.agent.lr, step)
-        w.add_scalar("train/steps_per_second", fps, step)
-        w.add_scalar("train/resident_memory_mib", resident_memory_mib(), step)
 
     def _log_core_health(self) -> None:
         """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
@@ -267,48 +243,28 @@ class Runner:
             return
         health = self.agent.model.core_health(self.obs, self.recurrent_state, self.episode_starts)
         for name, value in health.items():
-            self.writer.add_scalar(f"core/{name}", value, self.state.step)
+            self.metrics.scalar(f"core/{name}", value, self.state.step)
         if (not self.warned_dead_core and health.get("gate_saturation", 0.0) > 0.5
                 and health["output_std"] < DEAD_CORE_OUTPUT_STD):
             self.warned_dead_core = True
-            tqdm.write(f"warning: the LSTM gives the same output for every env (spread {health['output_std']:.1e}, "
-                       f"{health['gate_saturation']:.0%} of its gates saturated): the policy no longer sees the "
-                       f"screen; see core/ in TensorBoard", file=sys.stderr)
+            self.metrics.say(f"warning: the LSTM gives the same output for every env (spread "
+                             f"{health['output_std']:.1e}, {health['gate_saturation']:.0%} of its gates saturated): "
+                             f"the policy no longer sees the screen; see core/ in TensorBoard")
 
     def evaluate(self) -> float:
         """Play the current policy on the evaluator's envs; log the scores; keep the best as a2c_best_eval."""
         scores = list(self.evaluator(self.agent.model))
         mean = sum(scores) / len(scores)
-        if self.writer is not None:
-            step = self.state.step
-            self.writer.add_scalar("eval/return_mean", mean, step)
-            self.writer.add_scalar("eval/return_std", float(np.std(scores)), step)
-            self.writer.add_scalar("eval/return_min", min(scores), step)
-            self.writer.add_scalar("eval/return_max", max(scores), step)
-        tqdm.write(f"evaluation at {self.state.step} env steps: mean score {mean:.2f} over {len(scores)} games",
-                   file=sys.stderr)
+        for name, value in (("mean", mean), ("std", float(np.std(scores))), ("min", min(scores)),
+                            ("max", max(scores))):
+            self.metrics.scalar(f"eval/return_{name}", value, self.state.step)
+        self.metrics.say(f"evaluation at {self.state.step} env steps: mean score {mean:.2f} over {len(scores)} games")
         self.checkpoints.evaluated(self.state, mean)
         return mean
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
-        """Finish the current update, then write a2c_last and leave (Ctrl+C, SIGTERM)."""
-        if not self.stop_requested:
-            self.stop_requested = True
-            self.stop_reason = f"stopped by {signal.Signals(signum).name}" if signum else "stopped"
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self.request_stop)
-        except ValueError:  # not the main thread: leave signals alone
-            pass
-        return previous
-
-    @staticmethod
-    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        """Finish the current update, then write a2c_last and leave (what Ctrl+C and SIGTERM do)."""
+        self.stop.request(signum, frame)
 
     def save(self, name: str, full: bool = True) -> str:
         """Write checkpoint ``name`` of the run as it stands (see ``checkpoints.py``)."""

@@ -13,6 +13,7 @@ import utils
 from agent import agent_from_config, load_model
 from config import Config
 from envs import make_vec_env
+from metrics import Metrics
 from runner import Runner
 
 
@@ -305,7 +306,7 @@ def test_undefined_explained_variance_does_not_poison_the_logged_mean(tmp_path):
             pass
 
     runner = build_runner(small_config(log_interval=4, num_updates=4), tmp_path)
-    runner.writer = Writer()
+    runner.metrics = Metrics(Writer())
     real_collect = runner.collect
 
     def collect_with_one_constant_rollout():

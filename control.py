@@ -1,0 +1,65 @@
+"""Stopping a run cleanly, and the decisions every process of a run must take together.
+
+:class:`StopSignals` turns Ctrl+C and SIGTERM into a request: the runner finishes its update,
+writes ``a2c_last`` and leaves. :class:`RunContext` says which process this is; a decision that
+all processes must share (stop now, give up after non-finite losses) goes through
+:meth:`RunContext.any`, so that no process stops while another waits for it.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """This process's place in the run: rank ``rank`` of ``world_size`` (0 of 1 for a plain run)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """The one process that writes checkpoints, TensorBoard and the progress bar."""
+        return self.rank == 0
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is true on any of them (one all-reduce in a group)."""
+        if self.world_size == 1:
+            return bool(flag)
+        value = torch.tensor([1.0 if flag else 0.0])
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+
+class StopSignals:
+    """Inside ``with StopSignals() as stop:``, SIGINT and SIGTERM set ``stop.requested`` (and
+    ``stop.reason``) instead of killing the process; the previous handlers come back on exit.
+    Outside the main thread, where Python cannot take signals, it installs nothing."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reason = ""
+        self._previous: dict[int, Any] = {}
+
+    def request(self, signum: int = 0, frame: Any = None) -> None:
+        if not self.requested:
+            self.requested = True
+            self.reason = f"stopped by {signal.Signals(signum).name}" if signum else "stopped"
+
+    def __enter__(self) -> "StopSignals":
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self.request)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
