@@ -26,19 +26,6 @@ RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "n_stack")
-# How long GNU OpenMP's idle threads spin before they sleep. Between two of torch's parallel ops
-# they spin, so the next op starts at once; by default they go on spinning for 300,000 rounds
-# after the network's last op, holding a core that the emulators need for the env step that
-# follows (bench/openmp_spin.py). A tenth of that still bridges the gaps between ops. Read once,
-# when torch loads its OpenMP library, so it is set before torch is imported; a value in the
-# environment wins. It changes only when threads sleep, never what is computed.
-OPENMP_ENV = {"GOMP_SPINCOUNT": "30000"}
-
-
-def set_openmp_env(environ: dict[str, str] = os.environ) -> None:
-    """Put :data:`OPENMP_ENV` into ``environ`` where it does not say otherwise; call before importing torch."""
-    for name, value in OPENMP_ENV.items():
-        environ.setdefault(name, value)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -445,5 +432,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    set_openmp_env()
     sys.exit(main())

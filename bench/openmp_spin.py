@@ -12,7 +12,9 @@ that follows each env step (``fwd after step``); and, before that, each of the t
 variable once when torch loads it; the settings take turns for ``--repeats`` rounds and the
 median of each is printed.
 
-``default`` leaves the variable unset (libgomp's own 300,000 rounds); ``main.py`` sets 30000.
+``default`` leaves the variable unset (libgomp's own 300,000 rounds). The project does not set
+it (its end-to-end gain was below the 10% bar: docs/speed.md, "Built and removed"); a user may
+set it in the environment of a run, ``GOMP_SPINCOUNT=30000 python main.py ...``.
 
     python bench/openmp_spin.py
     python bench/openmp_spin.py --spins default 30000 3000 0 --repeats 5

@@ -6,8 +6,8 @@ unless ``--threads`` sets it). Each timed run happens in a fresh process of its 
 inherits another's memory, allocator state or warmed caches. The trainers:
 
 * ``ours recurrent``: the default configuration of a real run (``Config()``: universe encoder
-  + LSTM, channels-last, malloc keeping freed memory, OpenMP's shorter spin) on the env path
-  ``--ours-vec-env`` (default ``ale``, ale-py's C++ vector env);
+  + LSTM, channels-last, malloc keeping freed memory) on the env path ``--ours-vec-env``
+  (default ``ale``, ale-py's C++ vector env);
 * ``ours feed-forward (nature)``: the fast configuration, ``arch="nature", recurrent=False``,
   otherwise the same;
 * with ``--bf16``, each of ours again with its encoder in bfloat16 (``Config.bf16``), named
@@ -19,10 +19,9 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``,
   ``recurrent, rollout run again`` (acting without gradients, then the whole rollout through
   the network again in the update, instead of training through the forward pass kept from
-  collecting), ``recurrent, default OpenMP spin`` (GNU OpenMP's own spin before its idle
-  threads sleep, instead of ``main.OPENMP_ENV``) and ``recurrent, none of them`` (all five
-  removed, and the encoder taking the update's 80 frames in one pass instead of in passes of
-  ``ConvEncoder.cpu_chunk``: the starting point before the speed work); and with ``--bf16`` each
+  collecting) and ``recurrent, none of them`` (all four removed, and the encoder taking the
+  update's 80 frames in one pass instead of in passes of ``ConvEncoder.cpu_chunk``: the
+  starting point before the speed work); and with ``--bf16`` each
   bfloat16 trainer of ours without its single cast a rollout, named ``..., a cast a pass`` (its
   encoder's weights cast to bfloat16 at every pass, as autocast does outside
   ``ActorCritic.casting_once``). ``--ours feedforward --bf16 --ablation`` measures only the
@@ -31,9 +30,8 @@ inherits another's memory, allocator state or warmed caches. The trainers:
 Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
 SB3 (and the ``default malloc`` ablations) run with glibc's untouched defaults, as SB3's users
-run it: a fresh process, nothing changed. OpenMP: ``main.py`` sets ``main.OPENMP_ENV`` before
-torch loads, so each run of ours starts in a process with it (the ``default OpenMP spin``
-ablations without it); SB3's runs start with the environment as this script found it.
+run it: a fresh process, nothing changed. Every run starts with the environment as this script
+found it.
 
 Only the training loop is timed:
 
@@ -74,7 +72,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (ROOT, os.path.dirname(os.path.abspath(__file__))):
@@ -87,7 +85,6 @@ import torch  # noqa: E402
 from agent import agent_from_config  # noqa: E402
 from config import Config  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
-from main import OPENMP_ENV, set_openmp_env  # noqa: E402
 from model import ConvEncoder  # noqa: E402
 from runner import Runner  # noqa: E402
 from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
@@ -101,8 +98,7 @@ OPTIONAL_TARGETS = {OURS_FEEDFORWARD + BF16: ("feed-forward bf16", 2.0)}  # judg
 OPTIMIZATIONS = {"dummy envs": {"vec_env": "dummy"},
                  "no channels-last": {"channels_last": False},
                  "default malloc": {"keep_freed": False},
-                 "rollout run again": {"keep_graph": False},
-                 "default OpenMP spin": {"openmp_spin": False}}
+                 "rollout run again": {"keep_graph": False}}
 # Taken away only with all the others: once the update trains through the collected forward pass,
 # the encoder never sees more than the 16 frames of one step, and passes change nothing there.
 BEFORE_SPEED_WORK = {"encoder_passes": False}
@@ -206,7 +202,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
     return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
-                keep_freed=True, encoder_passes=True, keep_graph=True, bf16=Config.bf16, openmp_spin=True)
+                keep_freed=True, encoder_passes=True, keep_graph=True, bf16=Config.bf16)
 
 
 def ours_setups(ours: str, vec_env: str, bf16: bool = False) -> dict[str, dict[str, Any]]:
@@ -263,37 +259,7 @@ class Trials:
         return statistics.median(self.rates)
 
 
-# train_ours or train_sb3, its arguments, and the environment variables its process starts with (None: unset).
-Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any], dict[str, Optional[str]]]
-
-
-def ours_environment(openmp_spin: bool = True) -> dict[str, Optional[str]]:
-    """The environment variables a run of ours starts with: ``main.py``'s OpenMP setting (see
-    ``main.OPENMP_ENV``; a value already in this environment wins, as it does there), or with
-    ``openmp_spin=False`` none of them, so that GNU OpenMP keeps its defaults."""
-    if not openmp_spin:
-        return {name: None for name in OPENMP_ENV}
-    environ = {name: os.environ[name] for name in OPENMP_ENV if name in os.environ}
-    set_openmp_env(environ)
-    return environ
-
-
-@contextlib.contextmanager
-def environment(variables: dict[str, Optional[str]]) -> Iterator[None]:
-    """Set (or, for None, unset) environment variables for the processes started inside; restore them after."""
-    def put(settings: dict[str, Optional[str]]) -> None:
-        for name, value in settings.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-    saved = {name: os.environ.get(name) for name in variables}
-    put(variables)
-    try:
-        yield
-    finally:
-        put(saved)
+Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any]]  # train_ours or train_sb3, its arguments
 
 
 def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any],
@@ -310,36 +276,33 @@ def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[
 def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int,
                     threads: int = 0) -> dict[str, Trials]:
     """Run every trainer in turn, ``repeats`` rounds, after one untimed warm-up round of
-    ``warmup_steps``; each run in a new process (spawned, so nothing is inherited) that starts
-    with the trainer's environment variables."""
+    ``warmup_steps``; each run in a new process (spawned, so nothing is inherited)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     width = max(map(len, trainers))
     results = {name: Trials(name) for name in trainers}
-
-    def run(name: str, n: int) -> tuple[int, float, int, float, dict[str, int]]:
-        train, kwargs, variables = trainers[name]
-        # A pool per run: its one process is spawned inside `environment`, at the submit.
-        with environment(variables), ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
+        def run(name: str, n: int) -> tuple[int, float, int, float, dict[str, int]]:
+            train, kwargs = trainers[name]
             return pool.submit(run_trial, train, n, kwargs, threads).result()
 
-    if warmup_steps > 0:
-        for name in trainers:
-            print(f"warm-up  {name:<{width}} {warmup_steps} steps", flush=True)
-            run(name, warmup_steps)
-    for round_ in range(1, repeats + 1):
-        for name in trainers:
-            trained, seconds, peak_kib, gpu_mib, workers = run(name, steps)
-            results[name].steps.append(trained)
-            results[name].seconds.append(seconds)
-            results[name].peak_rss_kib.append(peak_kib)
-            results[name].peak_gpu_mib.append(gpu_mib)
-            for key, value in workers.items():
-                _workers[key] = max(_workers[key], value)
-            print(f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
-                  f"{trained / seconds:7.1f} steps/s", flush=True)
+        if warmup_steps > 0:
+            for name in trainers:
+                print(f"warm-up  {name:<{width}} {warmup_steps} steps", flush=True)
+                run(name, warmup_steps)
+        for round_ in range(1, repeats + 1):
+            for name in trainers:
+                trained, seconds, peak_kib, gpu_mib, workers = run(name, steps)
+                results[name].steps.append(trained)
+                results[name].seconds.append(seconds)
+                results[name].peak_rss_kib.append(peak_kib)
+                results[name].peak_gpu_mib.append(gpu_mib)
+                for key, value in workers.items():
+                    _workers[key] = max(_workers[key], value)
+                print(f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
+                      f"{trained / seconds:7.1f} steps/s", flush=True)
     return results
 
 
@@ -473,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic)")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
-                        "channels-last, default malloc, rollout run again, OpenMP spin) and without all of "
+                        "channels-last, default malloc, rollout run again) and without all of "
                         "them; with --bf16, each bfloat16 trainer casting its weights at every pass")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
                    help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
@@ -519,15 +482,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     warmup = args.warmup_steps and max(per_update, args.warmup_steps // per_update * per_update)
 
     def ours(setup: dict[str, Any]) -> Trainer:
-        kwargs = {name: value for name, value in setup.items() if name != "openmp_spin"}
-        kwargs.update(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device)
-        return train_ours, kwargs, ours_environment(setup["openmp_spin"])
+        return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device, **setup)
 
     setups = ours_setups(args.ours, args.ours_vec_env, args.bf16)
     trainers = {name: ours(setup) for name, setup in setups.items()}
     if not args.no_sb3:
         trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
-                                        seed=args.seed, device=device), {}  # the environment as found
+                                        seed=args.seed, device=device)
     ablations: dict[str, dict[str, Any]] = {}
     if args.ablation:
         ablations.update(ablation_setups(args.ours_vec_env) if OURS_RECURRENT in setups else {})

@@ -24,14 +24,13 @@ def test_ablation_rows_each_take_away_one_optimization_then_all():
     default = bench.default_setup("ale")
     rows = bench.ablation_setups("ale")
     assert list(rows) == ["recurrent, dummy envs", "recurrent, no channels-last", "recurrent, default malloc",
-                          "recurrent, rollout run again", "recurrent, default OpenMP spin", "recurrent, none of them"]
+                          "recurrent, rollout run again", "recurrent, none of them"]
     changed = {name: {k for k in setup if setup[k] != default[k]} for name, setup in rows.items()}
     assert changed == {"recurrent, dummy envs": {"vec_env"}, "recurrent, no channels-last": {"channels_last"},
                        "recurrent, default malloc": {"keep_freed"},
                        "recurrent, rollout run again": {"keep_graph"},
-                       "recurrent, default OpenMP spin": {"openmp_spin"},
                        "recurrent, none of them": {"vec_env", "channels_last", "keep_freed", "encoder_passes",
-                                                   "keep_graph", "openmp_spin"}}
+                                                   "keep_graph"}}
     # On dummy envs already, "dummy envs" would be the default itself.
     assert "recurrent, dummy envs" not in bench.ablation_setups("dummy")
 
@@ -86,24 +85,6 @@ def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
     assert "feed-forward >= 2x: not measured" in bench.summary_lines(results, [])[-1]
     del results[SB3]
     assert not any(line.startswith(("ratio", "targets")) for line in bench.summary_lines(results, []))
-
-
-def test_runs_of_ours_start_with_main_py_s_openmp_setting_unless_one_is_given(monkeypatch):
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert bench.ours_environment() == bench.OPENMP_ENV and "GOMP_SPINCOUNT" in bench.OPENMP_ENV
-    assert bench.ours_environment(openmp_spin=False) == {"GOMP_SPINCOUNT": None}  # libgomp's own default
-    monkeypatch.setenv("GOMP_SPINCOUNT", "7")
-    assert bench.ours_environment() == {"GOMP_SPINCOUNT": "7"}
-
-
-def test_a_process_started_inside_environment_sees_its_variables_and_they_are_restored_after(monkeypatch):
-    monkeypatch.setenv("BENCH_SET", "before")
-    monkeypatch.setenv("BENCH_UNSET", "before")
-    show = "import os; print(os.environ.get('BENCH_SET'), os.environ.get('BENCH_UNSET'))"
-    with bench.environment({"BENCH_SET": "inside", "BENCH_UNSET": None}):
-        out = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["inside", "None"]
-    assert os.environ["BENCH_SET"] == "before" and os.environ["BENCH_UNSET"] == "before"
 
 
 @pytest.mark.parametrize("argv, message", [
