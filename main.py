@@ -174,10 +174,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 # ------------------------------------------------------------------------------------------------
 def pick_device(want_cuda: bool, threads: int = 0):
     """The torch device to use, after setting the CPU thread count (0: torch's default) and
-    letting malloc keep freed activations for reuse (see `utils.keep_freed_memory`)."""
+    letting malloc keep freed activations for reuse (`perf.keep_freed_memory`, docs/speed.md)."""
     import torch
 
-    from utils import keep_freed_memory
+    from perf import keep_freed_memory
 
     keep_freed_memory()
     if threads > 0:
@@ -264,7 +264,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from evaluate import PeriodicEvaluator
     from checkpoints import TrainingState, catch_up_bests, restore
     from runner import Runner, save_settings
-    from utils import UsageError, has_fast_bf16, probe_writable, seed_everything
+    from perf import has_fast_bf16
+    from utils import UsageError, probe_writable, seed_everything
 
     if checkpoint is not None:
         if "optimizer" not in checkpoint:

@@ -27,7 +27,7 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   ``ActorCritic.casting_once``). ``--ours feedforward --bf16 --ablation`` measures only the
   feed-forward ones of these.
 
-Malloc: a real run of ours calls ``utils.keep_freed_memory()`` (``main.pick_device``), so glibc
+Malloc: a real run of ours calls ``perf.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
 SB3 (and the ``default malloc`` ablations) run with glibc's untouched defaults, as SB3's users
 run it: a fresh process, nothing changed. Every run starts with the environment as this script
@@ -87,7 +87,8 @@ from config import Config  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
 from model import ConvEncoder  # noqa: E402
 from runner import Runner  # noqa: E402
-from utils import UsageError, keep_freed_memory, seed_everything  # noqa: E402
+from perf import keep_freed_memory  # noqa: E402
+from utils import UsageError, seed_everything  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)

@@ -369,9 +369,9 @@ def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path)
 
 @pytest.mark.parametrize("hardware_bf16", [False, True])
 def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkeypatch, capsys, hardware_bf16):
-    import utils
+    import perf
 
-    monkeypatch.setattr(utils, "has_fast_bf16", lambda device: hardware_bf16)
+    monkeypatch.setattr(perf, "has_fast_bf16", lambda device: hardware_bf16)
     args = [*SMALL, "--eval-interval", "0", "--num-updates", "1", "--no-tensorboard", "--threads", "1"]
     assert cli.main([*args, "--arch", "nature", "--no-recurrent", "--bf16", "--log-dir", str(tmp_path)]) == 0
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@
   gradients as running the rollout through the network again;
 * the universe encoder taking a large batch in passes of a few frames on the CPU: the same
   features, gradients and training losses (to float rounding);
-* malloc keeping freed memory (``utils.keep_freed_memory``): that a freed block stays with the
+* malloc keeping freed memory (``perf.keep_freed_memory``): that a freed block stays with the
   process instead of going back to the OS;
 * the bfloat16 encoder (``--bf16``), which does change the arithmetic: where it applies, that
   weights, gradients and checkpoints stay float32, and how near float32 its results stay; and
@@ -132,7 +132,7 @@ def test_acting_in_inference_mode_matches_no_grad():
 # tests left in the heap would decide where a block comes from.
 KEPT_OR_RETURNED = """
 import ctypes, ctypes.util
-import utils
+import perf, utils
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -145,7 +145,7 @@ def returned_mib(size=16 << 20):  # over glibc's default 128 KiB thresholds, und
     return touched - utils.resident_memory_mib()
 
 for keep in (False, True):
-    print(utils.keep_freed_memory(keep), returned_mib(), returned_mib())
+    print(perf.keep_freed_memory(keep), returned_mib(), returned_mib())
 """
 
 

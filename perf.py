@@ -1,0 +1,46 @@
+"""Speed settings that change how fast training runs, not what it computes, kept apart from the
+algorithm's code. Each is measured in docs/speed.md with the command that measures it.
+
+In this module: the process's memory allocator (:func:`keep_freed_memory`) and the hardware check
+for bfloat16 (:func:`has_fast_bf16`). Elsewhere, each behind its own switch: channels-last memory
+order (``--channels-last``), the bfloat16 encoder (``--bf16``, ``ActorCritic.casting_once``),
+the C++ env path (``--vec-env ale``), the encoder's passes of a few frames on the CPU
+(``ConvEncoder.cpu_chunk``) and training through the collected forward pass (``Runner(keep_graph=)``).
+"""
+from __future__ import annotations
+
+import torch
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
+
+
+def keep_freed_memory(enable: bool = True) -> bool:
+    """Let glibc's malloc reuse freed large blocks instead of returning them to the OS.
+
+    By default glibc serves each block over a threshold (128 KiB to 32 MiB, adjusting itself)
+    with a fresh ``mmap`` and unmaps it when freed, so every activation of a training step is
+    new memory whose pages fault in on first touch: on a small CPU that cost is a large share
+    of an update. Raising the mmap threshold to its 32 MiB maximum and the trim threshold far
+    above it keeps those blocks in the heap. Peak memory is unchanged (it is reused, not
+    grown). ``enable=False`` sets glibc's default thresholds back (fixed, without glibc's own
+    adjustment). Returns False where glibc is not the allocator (nothing is changed then).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mmap, trim = (32 * 1024 * 1024, 1024 * 1024 * 1024) if enable else (128 * 1024, 128 * 1024)
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))
+
+
+def has_fast_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 in hardware: a GPU that supports it, or a CPU with
+    AVX-512 BF16 or AMX. Elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
