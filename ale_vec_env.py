@@ -32,7 +32,8 @@ class AleVecEnv(VecEnv):
     """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations ``[N, n_stack, 84, 84]`` uint8.
 
     The id's own emulator settings are kept (sticky actions for ``ALE/...-v5`` ids, the action
-    set, the 108,000-frame cap); ``max_episode_frames`` caps games sooner (a larger value leaves
+    set, the 108,000-frame cap) unless ``repeat_action_probability`` or ``full_action_space`` say
+    otherwise; up to ``noop_max`` no-ops start each game. ``max_episode_frames`` caps games sooner (a larger value leaves
     the id's cap, as on SB3's path, whose emulator keeps it under the time limit). Env i is seeded
     with ``seed + i`` at the first reset. ``num_threads=0`` lets ale-py choose (one per core).
     """
@@ -40,20 +41,28 @@ class AleVecEnv(VecEnv):
     render_mode = None  # nothing to render: the screens stay in C++
 
     def __init__(self, env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0,
-                 max_episode_frames: Optional[int] = None, num_threads: int = 0) -> None:
+                 max_episode_frames: Optional[int] = None, num_threads: int = 0,
+                 repeat_action_probability: Optional[float] = None, full_action_space: Optional[bool] = None,
+                 noop_max: int = 30) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         settings = gym.registry[env_name].kwargs
         if "game" not in settings:
             raise UsageError(f"'{env_name}' does not name an ALE game")
         self.env_name, self.seed_value = env_name, seed
+        # The id's own emulator settings unless told otherwise (an evaluation protocol sets them).
+        if repeat_action_probability is None:
+            repeat_action_probability = settings.get("repeat_action_probability", 0.0)
+        if full_action_space is None:
+            full_action_space = settings.get("full_action_space", False)
+        self.repeat_action_probability, self.full_action_space = repeat_action_probability, full_action_space
+        self.noop_max = noop_max
         self.ale = AtariVectorEnv(
             settings["game"], num_envs, num_threads=num_threads, stack_num=n_stack,
-            repeat_action_probability=settings.get("repeat_action_probability", 0.0),
-            full_action_space=settings.get("full_action_space", False),
+            repeat_action_probability=repeat_action_probability, full_action_space=full_action_space,
             max_num_frames_per_episode=frame_cap(settings.get("max_num_frames_per_episode", 108_000),
                                                  max_episode_frames),
-            noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+            noop_max=noop_max, frameskip=4, maxpool=True, use_fire_reset=True,
             episodic_life=False,   # would reset the whole game at every life loss
             life_loss_info=True,   # a life loss ends the learning episode; the game goes on
             reward_clipping=False,  # clipped here, so the raw score can be reported

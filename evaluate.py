@@ -1,8 +1,8 @@
 """Evaluate a saved agent: whole games under a fixed protocol, raw scores, optional videos.
 
-Two evaluation protocols build the envs (`make_eval_envs`), always with SB3's Atari wrappers (the
-reference pipeline of training, ``--vec-env dummy``), whose per-game envs set the protocol and
-record videos::
+Two evaluation protocols build the envs (`make_eval_envs`) on the env path the agent was trained
+on: ale-py's C++ vector env (``--vec-env ale``, the default) with the protocol's emulator settings,
+or SB3's Atari wrappers, whose per-game envs also record videos (``--video`` always plays there)::
 
     gym.make(id) -> [GameRecorder] -> Monitor -> AtariWrapper -> DummyVecEnv -> frame stack -> [C, H, W]
 
@@ -12,7 +12,8 @@ record videos::
   (in the emulator, per frame), no no-op starts, games capped at 108,000 emulator frames, the
   full action set optionally.
 
-Scores are raw full-game scores over all lives (the Monitor sits under the Atari wrappers);
+Scores are raw full-game scores over all lives (the Monitor sits under the Atari wrappers; the
+C++ path reports the same);
 the agent still sees a lost life as the end of its episode, and its memory is reset there,
 as in training.
 """
@@ -30,6 +31,7 @@ from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
+from ale_vec_env import AleVecEnv
 from model import ActorCritic
 from utils import UsageError, atomic_write, frame_cap, probe_writable
 
@@ -147,11 +149,11 @@ class PeriodicEvaluator:
     """
 
     def __init__(self, env_name: str, episodes: int, seed: int, n_stack: int = 4, num_envs: Optional[int] = None,
-                 max_episode_frames: Optional[int] = None) -> None:
+                 max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> None:
         self.episodes = episodes
         self.generator = torch.Generator().manual_seed(seed)
         self.envs = make_eval_envs(env_name, num_envs or min(episodes, 8), seed, "classic", n_stack,
-                                   max_episode_frames=max_episode_frames)
+                                   max_episode_frames=max_episode_frames, vec_env=vec_env)
 
     def __call__(self, model: ActorCritic) -> list[float]:
         device = next(model.parameters()).device
@@ -271,10 +273,15 @@ class GameRecorder(gym.Wrapper):
 def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
                    full_action_space: bool = False, video_dir: Optional[str] = None,
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
-                   max_episode_frames: Optional[int] = None) -> VecEnv:
+                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
-    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``; after a lost
-    life these wrappers zero the frame stack and press FIRE, where the ``ale`` path leaves both to the agent).
+    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``).
+
+    ``vec_env`` is the env path the agent was trained on, so that it plays with the same
+    preprocessing: ``ale`` (ale-py's C++ vector env, the training default) or SB3's wrappers
+    (``dummy``/``subproc``, which after a lost life zero the frame stack and press FIRE, where the
+    ``ale`` path leaves both to the agent). Videos need each game's screen, which the C++ envs do
+    not expose, so with ``video_dir`` the games are played through SB3's wrappers whatever ``vec_env``.
 
     Env i is seeded with ``seed + i``. ``full_action_space`` (machado only) plays with all 18
     actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames (a
@@ -307,6 +314,10 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
         caps = [int(c) for c in max_episodes_per_env]
         if len(caps) != num_envs:
             raise ValueError(f"max_episodes_per_env has {len(caps)} entries for {num_envs} envs")
+    if vec_env == "ale" and video_dir is None:
+        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames=cap,
+                         repeat_action_probability=settings.repeat_action_probability,
+                         full_action_space=bool(full_action_space), noop_max=settings.noop_max)
     if video_dir is not None:
         try:
             os.makedirs(video_dir, exist_ok=True)

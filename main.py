@@ -308,7 +308,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if config.eval_interval:  # envs of its own, seeded apart from training, as --eval does
             evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
                                           env_seed(config.seed, evaluation=True),
-                                          config.n_stack, max_episode_frames=config.max_episode_frames)
+                                          config.n_stack, max_episode_frames=config.max_episode_frames,
+                                          vec_env=config.vec_env)
         runner = Runner(agent, envs, config, run_dir, state, writer, evaluator)
         final = runner.train()
         if writer is not None:
@@ -356,8 +357,9 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     seed = env_seed(config.seed, evaluation=True)
     device = pick_device(config.cuda, config.threads)
     seed_everything(config.seed)
+    # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
-                          episode_shares(episodes, num_envs), max_frames)
+                          episode_shares(episodes, num_envs), max_frames, vec_env=settings.vec_env)
     try:
         num_actions = int(envs.action_space.n)
         if full_action_space and checkpoint["model_spec"]["num_actions"] != num_actions:

@@ -113,14 +113,37 @@ def test_training_logs_raw_space_invaders_scores_not_clipped_ones(space_invaders
     assert set(rewards.unique().tolist()) <= {-1.0, 0.0, 1.0}  # while the learner trains on clipped ones
 
 
-def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, capsys):
+@pytest.mark.parametrize("vec_env", ["ale", "dummy"])
+def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, capsys, vec_env):
+    """On the env path the agent trained on (ale) and on SB3's (typed --vec-env dummy)."""
     import evaluate
+    from ale_vec_env import AleVecEnv
 
     games: list[list[float]] = []  # each eval env's finished games' raw sums, read from the emulator
     real_make = evaluate.make_eval_envs
 
-    def make_recorded(*args, **kwargs):
-        envs = real_make(*args, **kwargs)
+    def record_ale(envs):  # the C++ vector env's own rewards, raw, summed per env until its game ends
+        receive, step = envs.ale.recv, envs.step
+        games.extend([] for _ in range(envs.num_envs))
+        raw, totals = [], np.zeros(envs.num_envs)
+
+        def recording_receive():
+            out = receive()
+            raw.append(np.asarray(out[1], dtype=np.float64).copy())
+            return out
+
+        def recording_step(actions):
+            out = step(actions)
+            totals[:] += raw[-1]
+            for i, info in enumerate(out[3]):
+                if "episode" in info:
+                    games[i].append(float(totals[i]))
+                    totals[i] = 0.0
+            return out
+
+        envs.ale.recv, envs.step = recording_receive, recording_step
+
+    def record_sb3(envs):
         for env in envs.venv.venv.envs:
             while not isinstance(env, Monitor):
                 env = env.env
@@ -137,12 +160,18 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
                 return obs, reward, terminated, truncated, info
 
             emulator.step = step
+
+    def make_recorded(*args, **kwargs):
+        envs = real_make(*args, **kwargs)
+        assert isinstance(envs, AleVecEnv) == (vec_env == "ale")
+        (record_ale if vec_env == "ale" else record_sb3)(envs)
         return envs
 
     monkeypatch.setattr(evaluate, "make_eval_envs", make_recorded)
     checkpoint = os.path.join(space_invaders_run["run_dir"], "a2c_last")
+    typed = [] if vec_env == "ale" else ["--vec-env", vec_env]
     assert cli.main(["--eval", "--load", checkpoint, "--episodes", "2", "--max-episode-frames", "600",
-                     "--no-cuda", "--threads", "1", "--seed", "3"]) == 0
+                     "--no-cuda", "--threads", "1", "--seed", "3", *typed]) == 0
     scores = [float(s) for s in capsys.readouterr().out.strip().splitlines()[-2].removeprefix("scores: ").split()]
     assert len(scores) == 2 and len(games) == 2
     assert sorted(scores) == sorted(mine[0] for mine in games)  # each env's first game: its share

@@ -349,3 +349,28 @@ def test_cli_eval_flags_parse():
         (True, "machado", True, 3, "r.json", "v")
     assert typed == set()  # evaluation flags are not run settings
     assert cli.parse_args(["--stochastic"])[1].deterministic is False
+
+
+# ------------------------------------------------------------------------------------------------ env path
+@pytest.mark.parametrize("protocol,sticky,noops", [("classic", 0.0, 30), ("machado", 0.25, 0)])
+def test_agents_trained_on_the_ale_path_are_evaluated_on_it_with_the_protocols_settings(protocol, sticky, noops):
+    """The same preprocessing as in training: the C++ vector env, with the protocol's sticky actions
+    and no-op starts; its scores are raw full games, as on SB3's path."""
+    from ale_vec_env import AleVecEnv
+
+    envs = make_eval_envs(GAME, 2, seed=3, protocol=protocol, vec_env="ale", max_episode_frames=FRAMES)
+    try:
+        assert isinstance(envs, AleVecEnv)
+        assert (envs.repeat_action_probability, envs.noop_max) == (sticky, noops)
+        result = evaluate(model_for(envs), envs, episodes=2)
+    finally:
+        envs.close()
+    assert len(result.scores) == 2 and all(n > 0 for n in result.lengths)
+
+
+def test_videos_play_through_sb3_s_wrappers_whatever_the_training_path(tmp_path):
+    envs = make_eval_envs(GAME, 1, seed=3, vec_env="ale", video_dir=str(tmp_path), max_episode_frames=FRAMES)
+    try:
+        assert not isinstance(envs, __import__("ale_vec_env").AleVecEnv)
+    finally:
+        envs.close()
