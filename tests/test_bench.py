@@ -165,3 +165,17 @@ def test_cuda_without_a_gpu_is_refused(capsys):
         bench.main(["--cuda"])
     assert exc.value.code == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_core_probe_reads_the_network_before_training_and_after_every_interval():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "core_probe.py"), "--updates", "2", "--every", "1",
+                          "--flags", "--num-envs 2 --max-episode-frames 200"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].split()[:6] == ["update", "feature_mean", "feature_max", "saturated", "output_spread",
+                                    "value_spread"]
+    rows = [line.split() for line in lines[1:4]]
+    assert [int(row[0]) for row in rows] == [0, 1, 2]
+    assert all(float(value) >= 0 for row in rows for value in row[3:6])  # shares and spreads
+    assert lines[-1] == "2 updates in " + lines[-1].split()[-2] + " s"
