@@ -53,7 +53,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
-    flag("--seed", field="seed", type=_seed)
+    flag("--seed", field="seed", type=parse_seed)
     flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
@@ -140,7 +140,8 @@ def _checked(kind: type, what: str, allow_zero: bool = False):
     return parse
 
 
-def _seed(text: str) -> int:
+def parse_seed(text: str) -> int:
+    """A seed from the command line: an integer from 0 to SEED_LIMIT - 1 (argparse type)."""
     try:
         value = int(text)
     except ValueError:

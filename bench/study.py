@@ -65,7 +65,6 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import main as train_cli  # noqa: E402  (imports only config at top level: no torch in the parser)
-from config import SEED_LIMIT  # noqa: E402
 from plots import load_scalars, plot_runs  # noqa: E402
 
 RETURN_TAG = "episode/return_mean100"
@@ -533,16 +532,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to {SEED_LIMIT - 1}, got '{text}'")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", type=parse_config, default=[], metavar="NAME=FLAGS",
@@ -553,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flags", default="", help="main.py flags of every run, as one string (before a "
                                                "configuration's own)")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id (default: %(default)s)")
-    p.add_argument("--seeds", nargs="+", type=_seed, default=None, metavar="SEED",
+    p.add_argument("--seeds", nargs="+", type=train_cli.parse_seed, default=None, metavar="SEED",
                    help="each configuration trains once per seed (default: 42; with --report-only: all found)")
     p.add_argument("--steps", type=_steps, default=1_500_000, help="env-step budget of each run (default: 1,500,000)")
     p.add_argument("--parallel", type=_positive, default=2, help="runs training at a time (default: %(default)s)")
