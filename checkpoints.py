@@ -103,11 +103,13 @@ class Checkpoints:
       games peaked, saved before the update changes them;
     * ``a2c_best_eval``: the weights with the best mean score at a periodic evaluation.
 
-    ``agent`` is anything with ``state(full)`` (see ``agent.A2CAgent.state``).
+    ``agent`` is anything with ``state(full)`` (see ``agent.A2CAgent.state``). With ``enabled=False``
+    (every process of a data-parallel run but the main one) nothing is written; the bests are then
+    judged on the main process's own numbers.
     """
 
-    def __init__(self, run_dir: str, agent: Any, config: Any) -> None:
-        self.run_dir, self.agent, self.config = run_dir, agent, config
+    def __init__(self, run_dir: str, agent: Any, config: Any, enabled: bool = True) -> None:
+        self.run_dir, self.agent, self.config, self.enabled = run_dir, agent, config, enabled
 
     def to_dict(self, state: TrainingState, full: bool = True) -> dict[str, Any]:
         """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
@@ -119,7 +121,8 @@ class Checkpoints:
 
     def save(self, name: str, state: TrainingState, full: bool = True) -> str:
         path = os.path.join(self.run_dir, name)
-        atomic_save(self.to_dict(state, full), path)
+        if self.enabled:
+            atomic_save(self.to_dict(state, full), path)
         return path
 
     def loss_computed(self, state: TrainingState, total: float) -> None:

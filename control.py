@@ -31,7 +31,8 @@ class RunContext:
         """True on every process if ``flag`` is true on any of them (one all-reduce in a group)."""
         if self.world_size == 1:
             return bool(flag)
-        value = torch.tensor([1.0 if flag else 0.0])
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        value = torch.tensor([1.0 if flag else 0.0], device=device)  # NCCL reduces GPU tensors only
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
 

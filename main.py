@@ -379,6 +379,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
                     "full_action_space": bool(full_action_space),
                     "max_episode_frames": effective_frame_cap(env_name, protocol, max_frames),
                     "eval_envs": num_envs, "seed": seed,
+                    "vec_env": "dummy" if video_dir else settings.vec_env,
                     "video_dir": os.path.abspath(video_dir) if video_dir else None, **result.to_dict()}, json_path)
     return 0
 

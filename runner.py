@@ -57,7 +57,7 @@ class Runner:
         self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
-        self.checkpoints = Checkpoints(run_dir, agent, config)
+        self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main)
         self.context = context
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
@@ -230,8 +230,10 @@ class Runner:
                     metrics.progress(cfg.steps_per_update, *((st.episodes.mean, st.episodes.count)
                                                              if st.update % 10 == 0 else ()))
             finally:
-                metrics.close()
-                self.save("a2c_last")  # still inside: a second Ctrl+C cannot cut this write short
+                try:  # still inside: a second Ctrl+C cannot cut this write short
+                    self.save("a2c_last")
+                finally:
+                    metrics.close()
         if self.stop.requested and not self.stop_reason:
             self.stop_reason = self.stop.reason
         return st

@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         frames = fixed_frames(envs, np.random.default_rng(0))
         agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n))
-        runner = Runner(agent, envs, config, tempfile.mkdtemp())
-        runner.save = lambda *a, **k: None  # a probe writes no checkpoints
+        runner = Runner(agent, envs, config, tempfile.gettempdir())
+        runner.checkpoints.enabled = False  # a probe writes no checkpoints
         print(f"{'update':>6}  " + "  ".join(f"{k:>13}" for k in health(agent.model, frames)) +
               "  explained_var  grad_norm  mean100", flush=True)
         print(f"{0:>6}  " + "  ".join(f"{v:>13.4g}" for v in health(agent.model, frames).values()), flush=True)

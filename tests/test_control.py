@@ -81,3 +81,20 @@ def test_metrics_write_only_on_the_enabled_process(enabled):
                                "train/resident_memory_mib"]
     else:
         assert writer.tags == []
+
+
+def test_checkpoints_are_written_only_on_the_main_process(tmp_path):
+    from checkpoints import Checkpoints, TrainingState
+    from config import Config
+
+    class Agent:
+        def state(self, full=True):
+            return {"model": {"w": torch.ones(2)}}
+
+    state = TrainingState()
+    for enabled in (False, True):
+        checkpoints = Checkpoints(str(tmp_path), Agent(), Config(), enabled=enabled)
+        checkpoints.save("a2c_last", state)
+        checkpoints.loss_computed(state, 1.0)
+        assert sorted(os.listdir(tmp_path)) == ([] if not enabled else ["a2c_best_loss", "a2c_last"])
+        state.best_loss = float("inf")
