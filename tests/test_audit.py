@@ -22,6 +22,7 @@ from config import Config
 from envs import make_vec_env
 from metrics import Metrics
 from runner import Runner
+from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -37,22 +38,6 @@ def _train(log_dir, *extra: str) -> str:
     assert cli.main([*TINY, "--log-dir", str(log_dir), *extra]) == 0
     (run,) = os.listdir(log_dir)
     return os.path.join(log_dir, run)
-
-
-class RecordingWriter:
-    """Stands in for a SummaryWriter and keeps every scalar."""
-
-    def __init__(self) -> None:
-        self.scalars: list[tuple[str, float, int]] = []
-
-    def add_scalar(self, tag, value, step) -> None:
-        self.scalars.append((tag, float(value), int(step)))
-
-    def add_histogram(self, *args, **kwargs) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------------------------------ 1. raw scores

@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from control import RunContext, StopSignals
 from metrics import Metrics
+from recording_writer import RecordingWriter
 
 
 def test_a_signal_inside_becomes_a_request_and_the_old_handler_comes_back():
@@ -52,23 +53,9 @@ def test_processes_agree_to_stop_when_any_of_them_would():
     assert results[0] == results[1] == [False, True, True, True]
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.tags: list[str] = []
-
-    def add_scalar(self, tag, value, step) -> None:
-        self.tags.append(tag)
-
-    def add_histogram(self, tag, values, step) -> None:
-        self.tags.append(tag)
-
-    def flush(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("enabled", [True, False])
 def test_metrics_write_only_on_the_enabled_process(enabled):
-    writer = _Writer()
+    writer = RecordingWriter()
     metrics = Metrics(writer, enabled=enabled)
     metrics.scalar("episode/return", 1.0, 10)
     metrics.histogram("rollout/values", torch.zeros(3), 10)

@@ -17,6 +17,7 @@ from icm import ICM, RunningStd
 from model import ActorCritic
 from runner import Runner
 from storage import RolloutStorage, compute_returns
+from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -288,22 +289,6 @@ def test_checkpoints_carry_icm_and_optimizer_and_play_without_it(tmp_path):
     assert "intrinsic" not in best
     model = load_model(os.path.join(tmp_path, "a2c_best_loss"))
     assert isinstance(model, ActorCritic)
-
-
-class RecordingWriter:
-    """Stands in for a SummaryWriter and keeps every scalar."""
-
-    def __init__(self) -> None:
-        self.scalars: list[tuple[str, float, int]] = []
-
-    def add_scalar(self, tag, value, step) -> None:
-        self.scalars.append((tag, float(value), int(step)))
-
-    def add_histogram(self, *args, **kwargs) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
 
 
 def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):

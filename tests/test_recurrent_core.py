@@ -12,6 +12,7 @@ import checkpoints
 from agent import RMSpropTF, agent_from_config, load_agent, make_optimizer
 from config import Config
 from model import ActorCritic
+from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -48,30 +49,14 @@ def test_first_steps_follow_the_gradient_not_its_sign():
                                               7e-4 * 0.02 / math.sqrt(0.99 + 0.01 * 4e-4 + 1e-5)], rel=1e-4)
 
 
-class ScalarRecorder:
-    """The part of a SummaryWriter the runner uses, keeping the scalars."""
-
-    def __init__(self) -> None:
-        self.scalars: dict[str, list[float]] = {}
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        self.scalars.setdefault(tag, []).append(float(value))
-
-    def add_histogram(self, *args) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
 def _train_on_pong(make_runner, tmp_path, optimizer: str):
     """40 updates of the default recurrent agent on Pong (8 envs), core health logged every 10."""
     config = Config(num_envs=8, num_updates=40, optimizer=optimizer, progress=False, log_interval=10,
                     checkpoint_interval=10**6, tensorboard=False)
-    writer = ScalarRecorder()
+    writer = RecordingWriter()
     runner = make_runner(config, tmp_path / optimizer, writer=writer)
     runner.train()
-    return runner, writer.scalars
+    return runner, writer
 
 
 def test_default_lstm_stays_alive_on_pong_where_torch_rmsprop_collapsed(make_runner, tmp_path, capsys):
@@ -83,14 +68,14 @@ def test_default_lstm_stays_alive_on_pong_where_torch_rmsprop_collapsed(make_run
     health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
     assert health["gate_saturation"] < 0.05
     assert health["output_std"] > 1e-3 and health["value_std"] > 1e-3
-    assert len(scalars["core/gate_saturation"]) == 4 and max(scalars["core/gate_saturation"]) < 0.05
+    assert len(scalars.values("core/gate_saturation")) == 4 and max(scalars.values("core/gate_saturation")) < 0.05
     assert "warning: the LSTM gives the same output" not in capsys.readouterr().err
 
     runner, scalars = _train_on_pong(make_runner, tmp_path, "torch-rmsprop")
     health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
     assert health["gate_saturation"] > 0.3
     assert health["output_std"] < 3e-4 and health["value_std"] < 3e-4
-    assert scalars["core/feature_mean_abs"][-1] > 3 * 0.66  # 0.66 with the default optimizer
+    assert scalars.values("core/feature_mean_abs")[-1] > 3 * 0.66  # 0.66 with the default optimizer
     assert capsys.readouterr().err.count("warning: the LSTM gives the same output for every env") == 1
 
 

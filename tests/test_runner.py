@@ -15,6 +15,7 @@ from config import Config
 from envs import make_vec_env
 from metrics import Metrics
 from runner import Runner
+from recording_writer import RecordingWriter
 
 
 def small_config(**overrides) -> Config:
@@ -293,20 +294,9 @@ def test_periodic_evaluation_leaves_training_unchanged(tmp_path):
 
 def test_undefined_explained_variance_does_not_poison_the_logged_mean(tmp_path):
     """Constant returns make explained variance NaN for that update; the interval mean skips it."""
-    logged = {}
-
-    class Writer:
-        def add_scalar(self, tag, value, step):
-            logged.setdefault(tag, []).append(value)
-
-        def add_histogram(self, *args):
-            pass
-
-        def flush(self):
-            pass
-
+    writer = RecordingWriter()
     runner = build_runner(small_config(log_interval=4, num_updates=4), tmp_path)
-    runner.metrics = Metrics(Writer())
+    runner.metrics = Metrics(writer)
     real_collect = runner.collect
 
     def collect_with_one_constant_rollout():
@@ -320,5 +310,5 @@ def test_undefined_explained_variance_does_not_poison_the_logged_mean(tmp_path):
     runner.envs.close()
     history = [h["explained_variance"] for h in runner.history]
     assert math.isnan(history[1]) and all(math.isfinite(v) for i, v in enumerate(history) if i != 1)
-    assert logged["train/explained_variance"] == [pytest.approx((history[0] + history[2] + history[3]) / 3)]
-    assert logged["loss/total"] == [pytest.approx(sum(h["total"] for h in runner.history) / 4)]
+    assert writer.values("train/explained_variance") == [pytest.approx((history[0] + history[2] + history[3]) / 3)]
+    assert writer.values("loss/total") == [pytest.approx(sum(h["total"] for h in runner.history) / 4)]
