@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.nn as nn
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Distribution
 
 from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
@@ -24,11 +24,13 @@ def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
              advantages: torch.Tensor, value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
     """The A2C loss and its named terms; every term is a mean over all T x N samples.
 
+    ``logits`` are a categorical policy's, or the policy's distribution itself (``ActorCritic.distribution``).
+
     ``policy = -mean(log pi(a|s) * A)`` with the advantage A held constant,
     ``value = mean((R - V(s))^2)``, ``entropy = mean(H(pi(.|s)))`` and
     ``total = policy + value_coeff * value - entropy_coeff * entropy``.
     """
-    dist = Categorical(logits=logits)
+    dist = logits if isinstance(logits, Distribution) else Categorical(logits=logits)
     policy = -(dist.log_prob(actions) * advantages.detach()).mean()
     value = (returns.detach() - values).pow(2).mean()
     entropy = dist.entropy().mean()
@@ -117,7 +119,7 @@ class A2CAgent:
         """Sample one action per env: returns actions ``[N]``, their log-probabilities ``[N]``,
         values ``[N]`` and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
-        dist = Categorical(logits=logits)
+        dist = self.model.distribution(logits)
         actions = dist.sample()
         return actions, dist.log_prob(actions), values, state
 
@@ -134,7 +136,7 @@ class A2CAgent:
         """
         logits, values, state = self.model(obs, state, episode_starts)
         with torch.no_grad():
-            dist = Categorical(logits=logits)
+            dist = self.model.distribution(logits)
             actions = dist.sample()
             log_probs = dist.log_prob(actions)
         return actions, log_probs, logits, values, state
@@ -188,7 +190,7 @@ class A2CAgent:
             logits, values = batch.outputs
         else:
             logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
-        terms = a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages,
+        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, batch.advantages,
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:
             return terms
@@ -259,10 +261,11 @@ class A2CAgent:
             self.optimizer.load_state_dict(checkpoint["optimizer"])
 
 def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: int,
-                      device: torch.device | str = "cpu") -> A2CAgent:
-    """A fresh agent with the network and optimizer that ``config`` describes."""
+                      device: torch.device | str = "cpu", continuous: bool = False) -> A2CAgent:
+    """A fresh agent with the network and optimizer that ``config`` describes; ``continuous``:
+    ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
-                        feature_norm=config.feature_norm,
+                        feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,
@@ -292,6 +295,7 @@ def load_agent(path: str, device: torch.device | str = "cpu") -> A2CAgent:
     data = load_checkpoint(path)
     config = Config.from_dict(data["config"])
     spec = data["model_spec"]
-    agent = agent_from_config(config, tuple(spec["obs_shape"]), spec["num_actions"], device)
+    agent = agent_from_config(config, tuple(spec["obs_shape"]), spec["num_actions"], device,
+                              continuous=spec.get("continuous", False))
     agent.load(data, path)
     return agent

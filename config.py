@@ -38,7 +38,9 @@ class Config:
     """Consecutive frames stacked into one observation."""
     vec_env: str = "ale"
     """ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped in C++ threads;
-    faster); dummy: SB3's Atari wrappers, all envs in this process; subproc: the same, one process per env."""
+    faster); dummy (or sync): SB3's Atari wrappers, all envs in this process; subproc (or async): the
+    same, one process per env. Other envs: gymnasium's vector env, async (or subproc) one process per
+    env, otherwise all in this process."""
     max_episode_frames: Optional[int] = None
     """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
     seed: int = 42
@@ -54,6 +56,8 @@ class Config:
     """Size of the LSTM state."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
+    core_skip: bool = False
+    """The heads read the encoder's features beside the LSTM's output (a skip connection around the core)."""
 
     # --- algorithm
     rollout_size: int = 5

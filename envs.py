@@ -1,6 +1,7 @@
-"""Atari vector environments, frame-stacked, channel-first, uint8: ale-py's C++ vector env (the
-default, ``vec_env="ale"``: see ``ale_vec_env.py``) or stable-baselines3's Atari wrappers, with the
-same preprocessing.
+"""The env factory (:func:`make_vec_env`). Atari games become frame-stacked, channel-first, uint8
+vector envs: ale-py's C++ vector env (the default, ``vec_env="ale"``: see ``ale_vec_env.py``) or
+stable-baselines3's Atari wrappers, with the same preprocessing. Other gymnasium envs with flat
+vector observations run in gymnasium's own vector envs (``gym_vec_env.py``).
 
 SB3's wrapper order per env, from the emulator out::
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import ale_py
 import gymnasium as gym
@@ -24,6 +25,7 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
 from ale_vec_env import AleVecEnv
+from gym_vec_env import GymVecEnv
 from utils import UsageError
 
 gym.register_envs(ale_py)
@@ -33,14 +35,46 @@ VEC_ENV_CHOICES = (*VEC_ENVS, "ale")  # "ale": ale-py's C++ vector env (see ale_
 
 
 def check_env_id(env_name: str) -> None:
-    """Raise `UsageError` unless `env_name` is a registered ALE game, suggesting close ids."""
+    """Raise `UsageError` unless `env_name` is a registered gymnasium id, suggesting close ids."""
     if env_name not in gym.registry:
-        close = _close_ids(env_name)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5"
+        close = _close_ids(env_name) or difflib.get_close_matches(env_name, list(gym.registry), n=2, cutoff=0.8)
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5, others like CartPole-v1")
         raise UsageError(f"unknown env id '{env_name}'{hint}")
+
+
+def check_env(env_name: str) -> None:
+    """:func:`check_env_id`, and for a non-Atari env its spaces (one env built and closed): raise
+    `UsageError` before anything is written if the agent cannot play it."""
+    check_env_id(env_name)
     if not _is_atari(env_name):
-        raise UsageError(f"'{env_name}' is not an Atari (ALE) game; this agent trains on Atari games "
-                         f"(ids like PongNoFrameskip-v4 or ALE/Pong-v5)")
+        env = gym.make(env_name)
+        try:
+            _check_spaces(env_name, env.observation_space, env.action_space)
+        finally:
+            env.close()
+
+
+def _check_spaces(env_name: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
+        raise UsageError(f"'{env_name}' observes {observation_space}; this agent trains on Atari games and on "
+                         "envs with flat Box observations")
+    action_size(action_space)  # refuses what it cannot act in
+
+
+def is_atari(env_name: str) -> bool:
+    """Whether ``env_name`` is a registered ALE game (played as frame-stacked 84x84 images)."""
+    return env_name in gym.registry and _is_atari(env_name)
+
+
+def action_size(space: gym.Space) -> tuple[int, bool]:
+    """``(size, continuous)`` of an action space: ``(n, False)`` for ``Discrete(n)``, ``(A, True)``
+    for a ``Box`` of shape ``(A,)``; any other space is refused."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n), False
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return int(space.shape[0]), True
+    raise UsageError(f"action space {space} is not supported (Discrete and flat Box are)")
 
 
 def game_of(env_id: str) -> str:
@@ -82,14 +116,33 @@ def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
 
 
 def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "ale",
-                 max_episode_frames: int | None = None) -> VecEnv:
-    """`num_envs` copies of an Atari game: observations ``[num_envs, n_stack, 84, 84]`` uint8.
+                 max_episode_frames: int | None = None,
+                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None) -> VecEnv:
+    """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
+
+    An Atari game gives frame-stacked images ``[num_envs, n_stack, 84, 84]`` uint8; ``vec_env``
+    is ``ale`` for the C++ vector env (the default, faster), or ``dummy`` / ``sync`` or
+    ``subproc`` / ``async`` for SB3's wrappers in this process or one process an env. Any other
+    env with a flat ``Box`` observation runs in gymnasium's vector env (``gym_vec_env.GymVecEnv``:
+    ``subproc`` / ``async`` one process an env, otherwise all in this process), with
+    ``env_kwargs[i]`` passed to env i's ``gym.make`` (Atari takes none).
 
     Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
-    (a time-limit truncation, reported with ``info["TimeLimit.truncated"]``). ``vec_env`` is
-    ``ale`` for the C++ vector env (the default, faster), or ``dummy`` or ``subproc`` for SB3's wrappers.
+    (Atari) or steps (other envs): a time-limit truncation, reported with ``info["TimeLimit.truncated"]``.
     """
     check_env_id(env_name)
+    if not _is_atari(env_name):
+        mode = "async" if vec_env in ("subproc", "async") else "sync"
+        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames)
+        try:
+            _check_spaces(env_name, venv.observation_space, venv.action_space)
+        except UsageError:
+            venv.close()
+            raise
+        return venv
+    if env_kwargs is not None:
+        raise UsageError("per-env keyword arguments are for non-Atari envs")
+    vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
         return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames)
     env_kwargs = wrapper_skips_frames(env_name)

@@ -292,7 +292,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     numbers run 1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap;
     without caps, the k-th game of env i is number ``k * num_envs + i + 1``.
     """
-    from envs import _make_ale, check_env_id, stack_frames, wrapper_skips_frames
+    from envs import _make_ale, check_env_id, is_atari, stack_frames, wrapper_skips_frames
 
     if protocol not in PROTOCOL_SETTINGS:
         raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
@@ -300,6 +300,8 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
         raise UsageError("--full-action-space belongs to --protocol machado (the classic protocol plays the "
                          "minimal action set)")
     check_env_id(env_name)
+    if not is_atari(env_name):
+        raise UsageError(f"evaluation plays Atari games only for now, not {env_name}")
     settings = PROTOCOL_SETTINGS[protocol]
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
                                   "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}

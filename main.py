@@ -20,12 +20,12 @@ from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "seed",
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "seed",
                 "optimizer", "log_dir", "icm", "icm_normalize"}
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -35,7 +35,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     """The command line. ``with_defaults=False`` gives a parser whose result holds only the flags typed."""
-    p = OneLineParser(description="Recurrent advantage actor-critic (A2C) for Atari games.",
+    p = OneLineParser(description="Recurrent advantage actor-critic (A2C) for Atari games and gymnasium envs with vector observations.",
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, argument_default=None)
     defaults = Config()
 
@@ -51,13 +51,14 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--env-name", field="env_name", metavar="ID")
     flag("--num-envs", field="num_envs", type=positive_int, metavar="N")
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
-    flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc"])
+    flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc", "sync", "async"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
     flag("--seed", field="seed", type=parse_seed)
     flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     switch("--feature-norm", "feature_norm")
+    switch("--core-skip", "core_skip")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)
@@ -261,7 +262,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from torch.utils.tensorboard import SummaryWriter
 
     from agent import agent_from_config
-    from envs import check_env_id, make_vec_env
+    from envs import action_size, check_env, is_atari, make_vec_env
     from evaluate import PeriodicEvaluator
     from checkpoints import TrainingState, catch_up_bests, restore
     from runner import Runner, save_settings
@@ -277,7 +278,11 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         except OSError as exc:
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
-        check_env_id(config.env_name)
+        check_env(config.env_name)
+        if not is_atari(config.env_name):
+            for name in ("icm", "eval_interval"):
+                if getattr(config, name):
+                    raise UsageError(f"{_flag(name)} works on Atari games only for now, not on {config.env_name}")
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads)
     if config.bf16 and not has_fast_bf16(device):
@@ -291,8 +296,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                         config.max_episode_frames)
     evaluator = None
     try:
-        obs_shape, num_actions = envs.observation_space.shape, int(envs.action_space.n)
-        agent = agent_from_config(config, obs_shape, num_actions, device)
+        obs_shape, (num_actions, continuous) = envs.observation_space.shape, action_size(envs.action_space)
+        agent = agent_from_config(config, obs_shape, num_actions, device, continuous=continuous)
         state = TrainingState()
         if checkpoint is not None:
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)

@@ -14,6 +14,7 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from config import ARCHS
 
@@ -95,23 +96,45 @@ def _scaled(obs: torch.Tensor, channels_last: bool) -> torch.Tensor:
     return obs.div(255.0) if obs.dtype == torch.uint8 else obs.to(torch.float32)
 
 
+class MLPEncoder(nn.Module):
+    """Two fully connected layers of 64 tanh units: the network of the classic-control and Box2D
+    baselines (SB3's and CleanRL's ``MlpPolicy``), for flat vector observations."""
+
+    channels_last = False  # no images, no memory layout
+
+    def __init__(self, obs_size: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.out_features = hidden
+        self.layers = nn.Sequential(nn.Linear(obs_size, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.layers(obs.to(torch.float32))
+
+
 def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False) -> nn.Module:
-    """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder.
+    """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder, flat vectors
+    ``[D]`` the :class:`MLPEncoder` (``arch`` names the conv encoder and only applies to images).
 
     ``universe``: :class:`ConvEncoder` (the universe-starter-agent and curiosity-paper network);
     ``nature``: :class:`NatureEncoder`.
     """
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
+    if len(obs_shape) == 1:
+        return MLPEncoder(int(obs_shape[0]))
     if len(obs_shape) != 3:
-        raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported yet (images [C, H, W] are)")
+        raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported "
+                         "(images [C, H, W] and flat vectors [D] are)")
     if arch == "universe":
         return ConvEncoder(obs_shape[0], channels_last)
-    if arch == "nature":
-        return NatureEncoder(obs_shape, channels_last)
-    raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
+    return NatureEncoder(obs_shape, channels_last)
 
 
 class ActorCritic(nn.Module):
-    """Conv encoder -> LSTMCell (or nothing, with ``recurrent=False``) -> actor logits and state value.
+    """Encoder -> LSTMCell (or nothing, with ``recurrent=False``) -> actor and state value.
+
+    The encoder follows the observations (conv for images, MLP for flat vectors), the actor the
+    actions (logits for discrete actions, a Gaussian's mean for continuous ones: ``distribution``).
 
     ``channels_last`` stores the conv weights and activations in NHWC order: the same function,
     computed faster by oneDNN on the CPU (the sums run in another order, so results agree to
@@ -125,12 +148,15 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
-                 bf16: bool = False, feature_norm: bool = False) -> None:
+                 bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
+                 continuous: bool = False) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
-                     "feature_norm": bool(feature_norm)}
+                     "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
+                     "continuous": bool(continuous)}
+        self.continuous = bool(continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
         self.bf16 = bf16
@@ -138,10 +164,17 @@ class ActorCritic(nn.Module):
         features = self.encoder.out_features
         # Each frame's features to zero mean and unit spread (learned scale and shift) before the core.
         self.feature_norm = nn.LayerNorm(features) if feature_norm else None
+        # With core_skip the heads read the features beside the LSTM's output: the recurrent network
+        # then contains the feed-forward one, and the core adds what memory brings.
+        self.core_skip = bool(core_skip and recurrent)
         if recurrent:
             self.lstm = nn.LSTMCell(features, hidden_size)
-            features = hidden_size
+            features = features + hidden_size if self.core_skip else hidden_size
+        # The actor gives the logits of a categorical policy (discrete actions) or the mean of a
+        # diagonal Gaussian (continuous actions, num_actions dimensions) whose log standard
+        # deviation is learned apart from the state, starting at 0 (std 1).
         self.actor = nn.Linear(features, num_actions)
+        self.log_std = nn.Parameter(torch.zeros(num_actions)) if self.continuous else None
         self.critic = nn.Linear(features, 1)
         self._init_weights()
 
@@ -160,6 +193,17 @@ class ActorCritic(nn.Module):
         nn.init.orthogonal_(self.critic.weight, gain=1.0)
         if self.encoder.channels_last:
             self.encoder.to(memory_format=torch.channels_last)
+
+    def distribution(self, actor_out: torch.Tensor) -> Distribution:
+        """The policy at the actor's output ``[..., A]``: categorical over the logits, or a diagonal
+        Gaussian around the mean whose ``log_prob`` and ``entropy`` sum over action dimensions."""
+        if not self.continuous:
+            return Categorical(logits=actor_out)
+        return Independent(Normal(actor_out, self.log_std.exp().expand_as(actor_out)), 1)
+
+    def mode(self, actor_out: torch.Tensor) -> torch.Tensor:
+        """The most probable action: the largest logit, or the Gaussian's mean."""
+        return actor_out if self.continuous else actor_out.argmax(dim=-1)
 
     def initial_state(self, num_envs: int, device: torch.device | str = "cpu") -> State:
         if not self.recurrent:
@@ -202,7 +246,7 @@ class ActorCritic(nn.Module):
             return features, ()
         keep = (1.0 - episode_starts).unsqueeze(1)
         h, c = self.lstm(features, (state[0] * keep, state[1] * keep))
-        return h, (h, c)
+        return (torch.cat([features, h], 1) if self.core_skip else h), (h, c)
 
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
@@ -232,7 +276,8 @@ class ActorCritic(nn.Module):
             gates = F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
                 F.linear(state[0] * keep, self.lstm.weight_hh, self.lstm.bias_hh)
             health["gate_saturation"] = float((gates.abs() > 3).float().mean())
-        health["output_std"] = float(out.std(0).mean())
+        core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
+        health["output_std"] = float(core.std(0).mean())
         health["value_std"] = float(self.critic(out).std())
         return health
 

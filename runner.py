@@ -61,7 +61,7 @@ class Runner:
         self.context = context
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
-                                      obs_dtype)
+                                      obs_dtype, action_shape=envs.action_space.shape or ())
         self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
         # On a GPU, each step's frames go through one page-locked buffer in a single asynchronous copy.
         self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=obs_dtype,

@@ -69,7 +69,7 @@ class Batch:
 
     obs: torch.Tensor             # [T, N, ...] in the observation space's dtype (uint8 frames)
     episode_starts: torch.Tensor  # [T, N] float, 1 where obs[t] starts a new episode
-    actions: torch.Tensor         # [T, N] long
+    actions: torch.Tensor         # [T, N] long, or [T, N, A] float for continuous actions
     returns: torch.Tensor         # [T, N] float
     advantages: torch.Tensor      # [T, N] float
     values: torch.Tensor          # [T, N] float, the values seen while collecting
@@ -95,16 +95,21 @@ class RolloutStorage:
     intrinsic reward (curiosity) can be mixed in without scaling a value estimate as if it were a reward.
 
     Observations keep the dtype of the observation space (``obs_dtype``: ``uint8`` frames stay one
-    byte a pixel until the model scales them; vector observations stay float).
+    byte a pixel until the model scales them; vector observations stay float). Actions are
+    indices, or vectors of ``action_shape`` for continuous actions (stored as sampled, before any
+    clipping to the env's bounds).
     """
 
     def __init__(self, rollout_size: int, num_envs: int, obs_shape: tuple[int, ...],
-                 device: torch.device | str = "cpu", obs_dtype: torch.dtype = torch.uint8) -> None:
+                 device: torch.device | str = "cpu", obs_dtype: torch.dtype = torch.uint8,
+                 action_shape: tuple[int, ...] = ()) -> None:
         self.rollout_size, self.num_envs = rollout_size, num_envs
         T, N = rollout_size, num_envs
         self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
         self.episode_starts = torch.zeros((T, N), device=device)
-        self.actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        # Discrete actions: [T, N] long; continuous ones (action_shape (A,)): [T, N, A] float, as sampled.
+        self.actions = torch.zeros((T, N, *action_shape), dtype=torch.float32 if action_shape else torch.long,
+                                   device=device)
         self.log_probs = torch.zeros((T, N), device=device)  # log pi(a_t | s_t) of the acting policy
         self.values = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)

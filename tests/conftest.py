@@ -60,7 +60,7 @@ def make_runner():
     built as ``main.train`` builds it (seeded from the config); its envs are closed at teardown."""
     import utils
     from agent import agent_from_config
-    from envs import make_vec_env
+    from envs import action_size, make_vec_env
     from runner import Runner
 
     made = []
@@ -70,7 +70,8 @@ def make_runner():
         envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
                             config.max_episode_frames)
         made.append(envs)
-        agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+        num_actions, continuous = action_size(envs.action_space)
+        agent = agent_from_config(config, envs.observation_space.shape, num_actions, continuous=continuous)
         os.makedirs(run_dir, exist_ok=True)
         return Runner(agent, envs, config, str(run_dir), **runner_kwargs)
 

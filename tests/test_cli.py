@@ -200,7 +200,7 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
 # ------------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "Pongg"], "unknown env id 'Pongg'; did you mean PongNoFrameskip-v4, ALE/Pong-v5?"),
-    (["--env-name", "CartPole-v1"], "not an Atari"),
+    (["--env-name", "FrozenLake-v1"], "flat Box observations"),
     (["--num-envs", "0"], "--num-envs: expected a positive integer, got '0'"),
     (["--num-envs", "-2"], "--num-envs: expected a positive integer"),
     (["--rollout-size", "0"], "--rollout-size: expected a positive integer"),

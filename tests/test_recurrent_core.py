@@ -125,3 +125,36 @@ def test_feature_norm_normalizes_each_frames_features_and_old_specs_still_build(
     assert model.spec["feature_norm"] is True
     old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "feature_norm"}
     assert ActorCritic(**old_spec).feature_norm is None
+
+
+def test_core_skip_heads_read_the_features_beside_the_lstm_output():
+    """--core-skip: the heads are linear in [features, h]; with the weights on h zeroed the network
+    is the feed-forward one on the same features (memory cannot reach the heads), and with them
+    the state does; a spec without the key (older runs) builds the plain core."""
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, core_skip=True)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    starts = torch.zeros(3)
+    other = (torch.randn(3, 256), torch.randn(3, 256))
+    with torch.no_grad():
+        features = model.encode(obs)
+        h, _ = model.lstm(features, other)
+        logits, values, (h_next, _) = model(obs, other, starts)
+        assert_close(h_next, h)
+        assert_close(logits, model.actor(torch.cat([features, h], 1)))
+        assert_close(values, model.critic(torch.cat([features, h], 1)).squeeze(-1))
+        assert model.actor.in_features == model.encoder.out_features + 256
+        for head in (model.actor, model.critic):
+            head.weight[:, -256:] = 0.0
+        zero_state = model.initial_state(3)
+        a = model(obs, zero_state, starts)
+        b = model(obs, other, starts)
+    assert_close(a[0], b[0])
+    assert_close(a[1], b[1])
+    with torch.no_grad():
+        assert_close(a[0], torch.nn.functional.linear(features, model.actor.weight[:, :-256], model.actor.bias))
+    assert not torch.allclose(logits, b[0])  # before zeroing, the state changed the policy
+    assert model.spec["core_skip"] is True
+    old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "core_skip"}
+    assert ActorCritic(**old_spec).core_skip is False
+    assert ActorCritic((4, 84, 84), 6, recurrent=False, core_skip=True).spec["core_skip"] is False

@@ -1,0 +1,110 @@
+"""Any gymnasium env with a flat ``Box`` observation, in gymnasium's own vector env, behind the
+vector-env interface the runner speaks (stable-baselines3's ``VecEnv``: ``reset() -> obs``,
+``step(actions) -> obs, rewards, dones, infos``).
+
+Gymnasium 1.x vector envs reset a finished env on the *next* step by default, so the step after
+an episode's end would hand the agent a transition from a terminal state into a reset, with a
+reward and an action that belong to no episode. This adapter runs them in the same-step mode
+(``AutoresetMode.SAME_STEP``), as SB3's envs and :class:`ale_vec_env.AleVecEnv` do: the step that
+ends an episode returns the next episode's first observation with ``done = True``, and the
+episode's last observation goes in ``infos[i]["terminal_observation"]``, with
+``infos[i]["TimeLimit.truncated"]`` when a time limit (not the game) ended it, so the runner
+bootstraps from the true final observation of a truncated episode and from nothing after a
+terminal one. No fake transition reaches a rollout.
+
+Each env is wrapped in ``RecordEpisodeStatistics``: the episode's raw return and length arrive in
+``infos[i]["episode"]`` (``{"r", "l"}``) on the step it ends, as from SB3's ``Monitor``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import RecordEpisodeStatistics
+from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
+
+VECTOR_MODES = ("sync", "async")  # gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (a process an env)
+
+
+def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int]) -> gym.Env:
+    extra = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    return RecordEpisodeStatistics(gym.make(env_id, **kwargs, **extra))
+
+
+class GymVecEnv(VecEnv):
+    """``num_envs`` copies of a gymnasium env; env i is seeded with ``seed + i`` at the first reset
+    and built with ``env_kwargs[i]`` (per-env keyword arguments of ``gym.make``, e.g. physics).
+
+    ``mode`` is ``sync`` (all envs in this process) or ``async`` (one worker process an env;
+    the script that trains must then guard its entry point with ``if __name__ == "__main__":``).
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int = 0, mode: str = "sync",
+                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
+                 max_episode_steps: Optional[int] = None) -> None:
+        if mode not in VECTOR_MODES:
+            raise ValueError(f"unknown vector mode {mode!r} (one of {', '.join(VECTOR_MODES)})")
+        kwargs = list(env_kwargs) if env_kwargs is not None else [{} for _ in range(num_envs)]
+        if len(kwargs) != num_envs:
+            raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
+        makers: list[Callable[[], gym.Env]] = [
+            (lambda k=k: _make_env(env_id, k, max_episode_steps)) for k in kwargs]
+        vector = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+        self.envs = vector(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.seed_base, self.mode, self.env_id = seed, mode, env_id
+        self._seeded = False
+        self._actions: Optional[np.ndarray] = None
+        super().__init__(num_envs, self.envs.single_observation_space, self.envs.single_action_space)
+
+    def reset(self) -> np.ndarray:
+        """First call: env i reset with seed ``seed + i``; later calls continue each env's own stream."""
+        seeds = [self.seed_base + i for i in range(self.num_envs)] if not self._seeded else None
+        self._seeded = True
+        obs, _ = self.envs.reset(seed=seeds)
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Continuous actions are clipped to the action space's bounds here, on their way to the env
+        (the agent keeps and learns from the actions it sampled)."""
+        space = self.action_space
+        if isinstance(space, gym.spaces.Box):
+            actions = np.clip(actions, space.low, space.high).astype(space.dtype)
+        self._actions = actions
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        obs, rewards, terminated, truncated, info = self.envs.step(self._actions)
+        dones = np.logical_or(terminated, truncated)
+        infos: list[dict] = [{} for _ in range(self.num_envs)]
+        final_obs = info.get("final_obs")
+        episode = info.get("final_info", {}).get("episode")
+        for i in np.flatnonzero(dones):
+            infos[i]["terminal_observation"] = final_obs[i]
+            infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            if episode is not None and episode["_r"][i]:
+                infos[i]["episode"] = {"r": float(episode["r"][i]), "l": int(episode["l"][i])}
+        return obs, rewards.astype(np.float32), dones, infos
+
+    def close(self) -> None:
+        self.envs.close()
+
+    # The rest of SB3's VecEnv interface, for the few callers that use it.
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        values = self.envs.get_attr(attr_name)
+        return [values[i] for i in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        raise NotImplementedError("GymVecEnv does not set env attributes")
+
+    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        results = self.envs.call(method_name, *args, **kwargs)
+        return [results[i] for i in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        return [wrapper_class is RecordEpisodeStatistics] * len(self._get_indices(indices))
+
+    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
+        if indices is None:
+            return range(self.num_envs)
+        return [indices] if isinstance(indices, int) else list(indices)

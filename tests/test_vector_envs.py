@@ -1,0 +1,162 @@
+"""Vector-observation envs: gymnasium's vector envs behind the runner's interface (same-step
+autoreset, no fake transition, time limits told from terminations, per-env seeds and kwargs,
+continuous actions clipped only on their way to the env), the MLP encoder and the Gaussian
+policy, and short training runs through ``main.py``."""
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+import checkpoints
+import main as cli
+from config import Config
+from envs import action_size, make_vec_env
+from gym_vec_env import GymVecEnv
+from model import ActorCritic, MLPEncoder
+from storage import RolloutStorage
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def test_same_step_autoreset_gives_the_next_episodes_first_obs_and_no_fake_transition():
+    """CartPole pushed one way falls within a few steps: at the step that ends it, ``done`` comes
+    with the next episode's first observation (the reset of env i's own stream) and the last one
+    in ``terminal_observation``; the steps between two ends add up to the reported length and
+    return, so no step belongs to no episode."""
+    venv = GymVecEnv("CartPole-v1", 2, seed=7)
+    try:
+        obs = venv.reset()
+        reference = [gym.make("CartPole-v1") for _ in range(2)]
+        first = [env.reset(seed=7 + i)[0] for i, env in enumerate(reference)]
+        assert_close(torch.as_tensor(obs), torch.as_tensor(np.stack(first)))  # env i seeded with seed + i
+        lengths, ends = np.zeros(2, int), []
+        for _ in range(60):
+            obs, rewards, dones, infos = venv.step(np.array([0, 1]))
+            assert rewards.dtype == np.float32 and (rewards == 1.0).all()
+            lengths += 1
+            for i in np.flatnonzero(dones):
+                info = infos[i]
+                assert info["TimeLimit.truncated"] is False  # the pole fell: a termination
+                assert info["episode"] == {"r": float(lengths[i]), "l": int(lengths[i])}
+                terminal = info["terminal_observation"]
+                assert abs(terminal[2]) > 0.2 or abs(terminal[0]) > 2.4  # fallen (or off the track)
+                assert np.abs(obs[i]).max() <= 0.05  # a fresh start: every state in [-0.05, 0.05]
+                ends.append(int(lengths[i]))
+                lengths[i] = 0
+            for i in np.flatnonzero(~dones):
+                assert "terminal_observation" not in infos[i] and "episode" not in infos[i]
+        assert len(ends) >= 4
+    finally:
+        venv.close()
+
+
+def test_time_limit_is_a_truncation_with_the_true_final_observation():
+    venv = GymVecEnv("Pendulum-v1", 2, seed=3, max_episode_steps=5)
+    try:
+        venv.reset()
+        for step in range(5):
+            obs, _, dones, infos = venv.step(np.zeros((2, 1), np.float32))
+            assert dones.all() == (step == 4)
+        for i in range(2):
+            assert infos[i]["TimeLimit.truncated"] is True
+            assert infos[i]["episode"]["l"] == 5
+            assert not np.allclose(infos[i]["terminal_observation"], obs[i])
+    finally:
+        venv.close()
+
+
+def test_per_env_kwargs_and_continuous_actions_clipped_on_the_way_to_the_env():
+    """Env i gets ``env_kwargs[i]``; an action beyond the bounds reaches Pendulum clipped (same
+    reward as the bound itself, from the same seed)."""
+    venv = GymVecEnv("Pendulum-v1", 2, seed=11, env_kwargs=[{"g": 10.0}, {"g": 2.0}])
+    bounded = GymVecEnv("Pendulum-v1", 2, seed=11, env_kwargs=[{"g": 10.0}, {"g": 2.0}])
+    try:
+        assert venv.get_attr("g") == [10.0, 2.0]
+        venv.reset(), bounded.reset()
+        _, far, _, _ = venv.step(np.array([[10.0], [-7.0]], np.float32))
+        _, edge, _, _ = bounded.step(np.array([[2.0], [-2.0]], np.float32))
+        assert_close(torch.as_tensor(far), torch.as_tensor(edge))
+    finally:
+        venv.close(), bounded.close()
+
+
+def test_factory_refuses_what_the_agent_cannot_play():
+    from utils import UsageError
+    with pytest.raises(UsageError, match="flat Box observations"):
+        make_vec_env("FrozenLake-v1", 2)
+    with pytest.raises(UsageError, match="non-Atari"):
+        make_vec_env("PongNoFrameskip-v4", 2, env_kwargs=[{}, {}])
+    assert action_size(gym.spaces.Discrete(3)) == (3, False)
+    assert action_size(gym.spaces.Box(-1, 1, (2,))) == (2, True)
+    with pytest.raises(UsageError, match="not supported"):
+        action_size(gym.spaces.MultiDiscrete([2, 2]))
+
+
+def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
+    """log N(a; mu, sigma) summed over dimensions: -sum((a - mu)^2 / (2 sigma^2) + log sigma + log(2 pi) / 2)."""
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, recurrent=False, continuous=True)
+    assert isinstance(model.encoder, MLPEncoder) and model.actor.out_features == 2
+    with torch.no_grad():
+        model.log_std.copy_(torch.tensor([0.0, math.log(2.0)]))
+    mean = torch.tensor([[0.5, -1.0]])
+    with torch.no_grad():
+        dist = model.distribution(mean)
+    action = torch.tensor([[1.5, 1.0]])
+    # dim 0: (1)^2/2 + 0 + .918939 = 1.418939; dim 1: (2)^2/8 + .693147 + .918939 = 2.112086
+    assert float(dist.log_prob(action)) == pytest.approx(-(1.418939 + 2.112086), abs=1e-5)
+    # entropy of a Gaussian: log sigma + (1 + log 2 pi) / 2 per dimension
+    assert float(dist.entropy()) == pytest.approx(2 * 1.418939 + math.log(2.0), abs=1e-5)
+    assert_close(model.mode(mean), mean)
+    logits = torch.tensor([[0.1, 2.0, -1.0]])
+    discrete = ActorCritic((3,), 3, recurrent=False)
+    assert discrete.mode(logits).tolist() == [1]
+    assert_close(discrete.distribution(logits).log_prob(torch.tensor([1])), torch.log_softmax(logits, -1)[:, 1])
+    storage = RolloutStorage(4, 2, (3,), obs_dtype=torch.float32, action_shape=(2,))
+    assert storage.actions.shape == (4, 2, 2) and storage.actions.dtype == torch.float32
+
+
+@pytest.mark.parametrize("env_name, flags", [("CartPole-v1", ["--recurrent"]),
+                                              ("Pendulum-v1", ["--no-recurrent", "--vec-env", "async"])])
+def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
+    """A short run writes its checkpoints and logs its episodes; a2c_last resumes."""
+    argv = ["--env-name", env_name, "--num-envs", "4", "--num-updates", "60", "--no-progress",
+            "--threads", "1", "--max-episode-frames", "50", "--log-dir", str(tmp_path), *flags]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
+    last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
+    assert last["update"] == 60
+    assert last["model_spec"]["obs_shape"] == list(gym.make(env_name).observation_space.shape)
+    assert last["model_spec"]["continuous"] is (env_name == "Pendulum-v1")
+    assert last["episode_returns"], "episodes of 50 steps must have ended within 240 steps an env"
+    assert os.path.exists(os.path.join(run_dir, "a2c_best_loss"))
+    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "70"]) == 0
+    assert checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["update"] == 70
+    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last")]) == 2  # not built for these envs yet
+
+
+def test_cartpole_learns(tmp_path):
+    """The vector path learns, not only runs: a feed-forward agent lifts CartPole's mean return
+    well above random play (about 22) within 32,000 env steps."""
+    argv = ["--env-name", "CartPole-v1", "--num-envs", "8", "--num-updates", "800", "--no-recurrent",
+            "--optimizer", "adam", "--lr", "1e-3", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
+    returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
+    assert np.mean(returns[-50:]) > 45, returns[-50:]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
+    (["--env-name", "CartPole-v1", "--eval-interval", "10"], "--eval-interval works on Atari games only"),
+    (["--env-name", "FrozenLake-v1"], "flat Box observations"),
+])
+def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
+    assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
