@@ -69,13 +69,18 @@ class RMSpropTF(torch.optim.Optimizer):
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     """``rmsprop``: :class:`RMSpropTF` (alpha 0.99, eps 1e-5); ``adam``: Adam (eps 1e-5);
     ``torch-rmsprop``: ``torch.optim.RMSprop`` (alpha 0.99, eps 1e-5), what checkpoints before
-    :class:`RMSpropTF` were trained with."""
+    :class:`RMSpropTF` were trained with; ``rmsprop-debiased``: torch's RMSprop with a
+    bias-corrected square average (Adam with betas (0, 0.99), eps 1e-5)."""
     if name == "rmsprop":
         return RMSpropTF(params, lr=lr, alpha=0.99, eps=1e-5)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=1e-5)
     if name == "torch-rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+    if name == "rmsprop-debiased":
+        # torch's RMSprop (eps outside the root) with its square average bias-corrected as Adam's,
+        # which is what Adam without momentum computes: the first step is lr * sign(g), not 10 x that.
+        return torch.optim.Adam(params, lr=lr, betas=(0.0, 0.99), eps=1e-5)
     raise ValueError(f"unknown optimizer {name!r} (one of {', '.join(OPTIMIZERS)})")
 
 

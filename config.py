@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
-OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop")  # see agent.make_optimizer
+OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
@@ -77,7 +77,9 @@ class Config:
     optimizer: str = "rmsprop"
     """rmsprop: RMSprop as TensorFlow computes it (the square average starts at 1; alpha 0.99, eps 1e-5),
     the form the A2C settings were tuned with; adam (eps 1e-5); torch-rmsprop: torch.optim.RMSprop
-    (the square average starts at 0), what runs before this option existed trained with."""
+    (the square average starts at 0), what runs before this option existed trained with;
+    rmsprop-debiased: torch.optim.RMSprop's formula with the square average bias-corrected (Adam
+    without momentum: betas 0 and 0.99, eps 1e-5)."""
     lr: float = 7e-4
     """Learning rate."""
     lr_schedule: str = "constant"

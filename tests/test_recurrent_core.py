@@ -158,3 +158,16 @@ def test_core_skip_heads_read_the_features_beside_the_lstm_output():
     old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "core_skip"}
     assert ActorCritic(**old_spec).core_skip is False
     assert ActorCritic((4, 84, 84), 6, recurrent=False, core_skip=True).spec["core_skip"] is False
+
+
+def test_debiased_rmsprop_on_a_case_worked_by_hand():
+    """rmsprop-debiased: v <- .99 v + .01 g^2, v_hat = v / (1 - .99^t), step = lr * g / (sqrt(v_hat) + eps):
+    with a constant gradient v_hat = g^2 from the first step on, so each step is lr * g / (|g| + eps)
+    (torch's RMSprop would step lr * g / (.1 |g| + eps) first: 10 x as far)."""
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = make_optimizer("rmsprop-debiased", [w], lr=0.1)
+    for t in (1, 2):
+        w.grad = torch.tensor([0.5, -0.001])
+        opt.step()
+        # w0: .1 * .5 / (.5 + 1e-5) = .0999980;  w1: .1 * .001 / (.001 + 1e-5) = .0990099
+        assert w.detach().tolist() == pytest.approx([1 - t * 0.0999980, -2 + t * 0.0990099], abs=1e-6)
