@@ -107,7 +107,7 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
     """Play ``episodes`` whole games; return their raw scores and lengths.
 
     Actions are sampled from the policy, or with ``deterministic=True`` the most probable action
-    (argmax of the logits) is taken. Each env plays a fixed share of the episodes (see
+    (argmax of the logits, or a Gaussian policy's mean) is taken. Each env plays a fixed share of the episodes (see
     `episode_shares`), so short games are not over-counted by envs that happen to finish first;
     the envs step together as one vector. Scores and lengths come from the Monitor under the
     Atari wrappers (``info["episode"]``): unclipped, all lives, lengths in emulator frames. The
@@ -126,7 +126,10 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
         while any(p < t for p, t in zip(played, targets)):
             logits, _, state = model(obs, state, episode_starts)
             if deterministic:
-                actions = logits.argmax(dim=-1)
+                actions = model.mode(logits)
+            elif model.continuous:  # the Gaussian's mean plus its spread times noise from the generator
+                noise = torch.randn(logits.shape, generator=generator, device=logits.device)
+                actions = logits + model.log_std.exp() * noise
             else:
                 actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
             obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
@@ -275,7 +278,8 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
                    max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
-    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``).
+    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``). Any other
+    env is made by ``envs.make_vec_env`` itself, as in training (classic protocol, no videos).
 
     ``vec_env`` is the env path the agent was trained on, so that it plays with the same
     preprocessing: ``ale`` (ale-py's C++ vector env, the training default) or SB3's wrappers
@@ -292,7 +296,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     numbers run 1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap;
     without caps, the k-th game of env i is number ``k * num_envs + i + 1``.
     """
-    from envs import _make_ale, check_env_id, is_atari, stack_frames, wrapper_skips_frames
+    from envs import _make_ale, check_env_id, is_atari, make_vec_env, stack_frames, wrapper_skips_frames
 
     if protocol not in PROTOCOL_SETTINGS:
         raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
@@ -301,7 +305,10 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
                          "minimal action set)")
     check_env_id(env_name)
     if not is_atari(env_name):
-        raise UsageError(f"evaluation plays Atari games only for now, not {env_name}")
+        # Gymnasium's vector env, as in training; the protocols' settings are the emulator's.
+        if protocol != "classic" or video_dir is not None:
+            raise UsageError(f"--protocol machado and --video are for Atari games, not {env_name}")
+        return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames)
     settings = PROTOCOL_SETTINGS[protocol]
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
                                   "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}
@@ -353,6 +360,10 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
 def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:
     """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
     limit, whichever is smaller); None when neither limits it."""
+    from envs import is_atari
+
+    if not is_atari(env_name):  # steps, not frames: the cap given, or the env's own time limit
+        return max_episode_frames if max_episode_frames is not None else gym.registry[env_name].max_episode_steps
     limit = max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames
     return frame_cap(gym.registry[env_name].kwargs.get("max_num_frames_per_episode"), limit)
 

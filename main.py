@@ -280,9 +280,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     else:
         check_env(config.env_name)
         if not is_atari(config.env_name):
-            for name in ("icm", "eval_interval"):
-                if getattr(config, name):
-                    raise UsageError(f"{_flag(name)} works on Atari games only for now, not on {config.env_name}")
+            if config.icm:
+                raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads)
     if config.bf16 and not has_fast_bf16(device):
@@ -343,6 +342,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     in parallel, seeded apart from any training envs.
     """
     from agent import load_model
+    from envs import action_size
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
     from checkpoints import load_checkpoint
     from utils import UsageError, probe_writable, seed_everything
@@ -367,7 +367,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
                           episode_shares(episodes, num_envs), max_frames, vec_env=settings.vec_env)
     try:
-        num_actions = int(envs.action_space.n)
+        num_actions, _ = action_size(envs.action_space)
         if full_action_space and checkpoint["model_spec"]["num_actions"] != num_actions:
             raise UsageError(f"checkpoint {load} has {checkpoint['model_spec']['num_actions']} actions (the action set "
                              f"it was trained on); {env_name} with --full-action-space has {num_actions}")

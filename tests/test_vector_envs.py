@@ -5,6 +5,7 @@ policy, and short training runs through ``main.py``."""
 from __future__ import annotations
 
 import glob
+import json
 import math
 import os
 
@@ -123,10 +124,11 @@ def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
     assert storage.actions.shape == (4, 2, 2) and storage.actions.dtype == torch.float32
 
 
-@pytest.mark.parametrize("env_name, flags", [("CartPole-v1", ["--recurrent"]),
+@pytest.mark.parametrize("env_name, flags", [("CartPole-v1", ["--recurrent", "--eval-interval", "30",
+                                                              "--eval-episodes", "2"]),
                                               ("Pendulum-v1", ["--no-recurrent", "--vec-env", "async"])])
 def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
-    """A short run writes its checkpoints and logs its episodes; a2c_last resumes."""
+    """A short run writes its checkpoints and logs its episodes; a2c_last resumes and plays --eval."""
     argv = ["--env-name", env_name, "--num-envs", "4", "--num-updates", "60", "--no-progress",
             "--threads", "1", "--max-episode-frames", "50", "--log-dir", str(tmp_path), *flags]
     assert cli.main(argv) == 0
@@ -137,9 +139,16 @@ def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     assert last["model_spec"]["continuous"] is (env_name == "Pendulum-v1")
     assert last["episode_returns"], "episodes of 50 steps must have ended within 240 steps an env"
     assert os.path.exists(os.path.join(run_dir, "a2c_best_loss"))
+    assert os.path.exists(os.path.join(run_dir, "a2c_best_eval")) == ("--eval-interval" in flags)
     assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "70"]) == 0
     assert checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["update"] == 70
-    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last")]) == 2  # not built for these envs yet
+    out = tmp_path / "eval.json"
+    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "3", "--deterministic",
+                     "--max-episode-frames", "40", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["scores"]) == 3 and all(1 <= n <= 40 for n in result["lengths"])
+    assert result["max_episode_frames"] == 40 and result["env_name"] == env_name
+    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--protocol", "machado"]) == 2
 
 
 def test_cartpole_learns(tmp_path):
@@ -155,7 +164,6 @@ def test_cartpole_learns(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
-    (["--env-name", "CartPole-v1", "--eval-interval", "10"], "--eval-interval works on Atari games only"),
     (["--env-name", "FrozenLake-v1"], "flat Box observations"),
 ])
 def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
