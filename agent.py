@@ -271,6 +271,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
+                        lstm_norm=config.lstm_norm,
                         arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,

@@ -56,6 +56,8 @@ class Config:
     """Size of the LSTM state."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
+    lstm_norm: bool = False
+    """A layer-normalized LSTM cell (the gates' input and state parts, and the cell, each layer-normalized)."""
     core_skip: bool = False
     """The heads read the encoder's features beside the LSTM's output (a skip connection around the core)."""
 

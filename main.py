@@ -20,12 +20,12 @@ from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "seed",
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "seed",
                 "optimizer", "log_dir", "icm", "icm_normalize"}
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -59,6 +59,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     switch("--feature-norm", "feature_norm")
     switch("--core-skip", "core_skip")
+    switch("--lstm-norm", "lstm_norm")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)

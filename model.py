@@ -130,6 +130,39 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
     return NatureEncoder(obs_shape, channels_last)
 
 
+class LayerNormLSTMCell(nn.Module):
+    """An LSTM cell with layer normalization (Ba et al. 2016), as OpenAI baselines' ``lnlstm``.
+
+    The input's and the state's contributions to the four gates are each layer-normalized
+    before they are added, and so is the cell before its ``tanh``::
+
+        i, f, g, o = LN(W_x x) + LN(W_h h)
+        c' = sigmoid(f) * c + sigmoid(i) * tanh(g),   h' = sigmoid(o) * tanh(LN(c'))
+
+    However large the weights or features grow, the gates' pre-activations keep a fixed spread,
+    so they cannot all saturate and leave the cell's output the same for every input.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
+        self.norm_ih, self.norm_hh = nn.LayerNorm(4 * hidden_size), nn.LayerNorm(4 * hidden_size)
+        self.norm_c = nn.LayerNorm(hidden_size)
+
+    def gates(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The gates' pre-activations ``[N, 4H]`` (input, forget, cell, output)."""
+        return self.norm_ih(F.linear(x, self.weight_ih)) + self.norm_hh(F.linear(h, self.weight_hh))
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        h, c = state
+        i, f, g, o = self.gates(x, h).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(self.norm_c(c))
+        return h, c
+
+
 class ActorCritic(nn.Module):
     """Encoder -> LSTMCell (or nothing, with ``recurrent=False``) -> actor and state value.
 
@@ -149,13 +182,13 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
-                 continuous: bool = False) -> None:
+                 continuous: bool = False, lstm_norm: bool = False) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
                      "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
-                     "continuous": bool(continuous)}
+                     "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent)}
         self.continuous = bool(continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
@@ -168,7 +201,8 @@ class ActorCritic(nn.Module):
         # then contains the feed-forward one, and the core adds what memory brings.
         self.core_skip = bool(core_skip and recurrent)
         if recurrent:
-            self.lstm = nn.LSTMCell(features, hidden_size)
+            # lstm_norm: the layer-normalized cell, whose gates cannot saturate all together.
+            self.lstm = LayerNormLSTMCell(features, hidden_size) if lstm_norm else nn.LSTMCell(features, hidden_size)
             features = features + hidden_size if self.core_skip else hidden_size
         # The actor gives the logits of a categorical policy (discrete actions) or the mean of a
         # diagonal Gaussian (continuous actions, num_actions dimensions) whose log standard
@@ -188,6 +222,9 @@ class ActorCritic(nn.Module):
                 nn.init.orthogonal_(module.weight_hh)
                 nn.init.zeros_(module.bias_ih)
                 nn.init.zeros_(module.bias_hh)
+            elif isinstance(module, LayerNormLSTMCell):  # its layer norms start at scale 1, shift 0
+                nn.init.orthogonal_(module.weight_ih)
+                nn.init.orthogonal_(module.weight_hh)
         # A near-uniform first policy explores; a unit-gain critic starts on the scale of the returns.
         nn.init.orthogonal_(self.actor.weight, gain=0.01)
         nn.init.orthogonal_(self.critic.weight, gain=1.0)
@@ -273,8 +310,11 @@ class ActorCritic(nn.Module):
         out, _ = self._core(features, state, episode_starts)
         if self.recurrent:
             keep = (1.0 - episode_starts).unsqueeze(1)
-            gates = F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
-                F.linear(state[0] * keep, self.lstm.weight_hh, self.lstm.bias_hh)
+            if isinstance(self.lstm, LayerNormLSTMCell):
+                gates = self.lstm.gates(features, state[0] * keep)
+            else:
+                gates = F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
+                    F.linear(state[0] * keep, self.lstm.weight_hh, self.lstm.bias_hh)
             health["gate_saturation"] = float((gates.abs() > 3).float().mean())
         core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
         health["output_std"] = float(core.std(0).mean())

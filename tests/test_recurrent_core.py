@@ -171,3 +171,41 @@ def test_debiased_rmsprop_on_a_case_worked_by_hand():
         opt.step()
         # w0: .1 * .5 / (.5 + 1e-5) = .0999980;  w1: .1 * .001 / (.001 + 1e-5) = .0990099
         assert w.detach().tolist() == pytest.approx([1 - t * 0.0999980, -2 + t * 0.0990099], abs=1e-6)
+
+
+def test_layer_norm_lstm_cell_by_its_formula_and_it_survives_weights_grown_100x():
+    """--lstm-norm: gates = LN(W_x x) + LN(W_h h), c' = s(f) c + s(i) tanh(g), h' = s(o) tanh(LN(c')),
+    with LN computed here from its definition; and where the weights grow 100-fold (what a too
+    large step does), the plain LSTM's gates saturate and its output stops depending on the frame,
+    while the normalized cell's do not."""
+    from model import LayerNormLSTMCell
+
+    torch.manual_seed(0)
+    cell = LayerNormLSTMCell(5, 3)
+    torch.nn.init.normal_(cell.weight_ih)
+    torch.nn.init.normal_(cell.weight_hh)
+    x, h, c = torch.randn(2, 5), torch.randn(2, 3), torch.randn(2, 3)
+
+    def ln(v):  # scale 1, shift 0, eps 1e-5
+        return (v - v.mean(1, keepdim=True)) / torch.sqrt(v.var(1, unbiased=False, keepdim=True) + 1e-5)
+
+    gates = ln(x @ cell.weight_ih.T) + ln(h @ cell.weight_hh.T)
+    i, f, g, o = gates.split(3, dim=1)
+    c_ref = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h_ref = torch.sigmoid(o) * torch.tanh(ln(c_ref))
+    with torch.no_grad():
+        h_new, c_new = cell(x, (h, c))
+    assert_close(c_new, c_ref)
+    assert_close(h_new, h_ref)
+
+    obs = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    health = {}
+    for norm in (False, True):
+        torch.manual_seed(1)
+        model = ActorCritic((4, 84, 84), 6, lstm_norm=norm)
+        with torch.no_grad():
+            model.lstm.weight_ih.mul_(100.0)
+        health[norm] = model.core_health(obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1),
+                                         torch.zeros(16))
+    assert health[False]["gate_saturation"] > 0.8
+    assert health[True]["gate_saturation"] < 0.05 and health[True]["output_std"] > 0.05
