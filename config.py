@@ -11,6 +11,9 @@ OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see age
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
+# Settings whose default differs for the feed-forward network (--no-recurrent), applied where the
+# flag is not typed: torch's RMSprop learns Pong several times faster there (docs/recurrent.md).
+FEED_FORWARD_DEFAULTS = {"optimizer": "torch-rmsprop"}
 EVAL_SEED_OFFSET = 1_000_000  # evaluation envs play games apart from the training envs'
 RESUME_SEED_STRIDE = 7919  # a resumed run's envs move this far past the seed per update already done
 
@@ -81,7 +84,8 @@ class Config:
     the form the A2C settings were tuned with; adam (eps 1e-5); torch-rmsprop: torch.optim.RMSprop
     (the square average starts at 0), what runs before this option existed trained with;
     rmsprop-debiased: torch.optim.RMSprop's formula with the square average bias-corrected (Adam
-    without momentum: betas 0 and 0.99, eps 1e-5)."""
+    without momentum: betas 0 and 0.99, eps 1e-5). The feed-forward network (--no-recurrent)
+    defaults to torch-rmsprop."""
     lr: float = 7e-4
     """Learning rate."""
     lr_schedule: str = "constant"

@@ -348,6 +348,14 @@ def test_flags_parse_into_config_and_booleans_turn_off():
     assert default.total_steps == 10_000_000
 
 
+def test_feed_forward_defaults_to_torch_rmsprop_unless_an_optimizer_is_typed():
+    assert cli.parse_args([])[0].optimizer == "rmsprop"
+    assert cli.parse_args(["--no-recurrent"])[0].optimizer == "torch-rmsprop"
+    config, _, typed = cli.parse_args(["--no-recurrent", "--optimizer", "rmsprop"])
+    assert config.optimizer == "rmsprop" and "optimizer" in typed
+    assert cli.parse_args(["--recurrent", "--optimizer", "adam"])[0].optimizer == "adam"
+
+
 def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path):
     result = run_cli(*SMALL, "--icm", "--num-updates", "4", "--max-episode-frames", "60", "--log-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
