@@ -179,3 +179,24 @@ def test_core_probe_reads_the_network_before_training_and_after_every_interval()
     assert [int(row[0]) for row in rows] == [0, 1, 2]
     assert all(float(value) >= 0 for row in rows for value in row[3:6])  # shares and spreads
     assert lines[-1] == "2 updates in " + lines[-1].split()[-2] + " s"
+
+
+@pytest.mark.parametrize("optimizer", ["torch-rmsprop", "rmsprop"])
+def test_step_sizes_show_torch_rmsprops_first_steps_of_about_ten_times_lr(optimizer):
+    """Two updates: torch's RMSprop moves each weight with a gradient by lr / sqrt(1 - alpha) = 7e-3
+    at first, whatever its gradient (the RMS over a part is lower where some weights get none);
+    TensorFlow's form (square average from 1) by lr x gradient, thousands of times less."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_sizes.py"), "--updates", "2",
+                          "--flags", f"--num-envs 2 --max-episode-frames 200 --optimizer {optimizer}"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith(f"{optimizer} lr 0.0007, 2 updates")
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[2:]}
+    assert set(rows) == {"encoder", "lstm", "actor", "critic"}
+    for part, (gradient, first, _) in rows.items():
+        assert gradient > 0
+        if optimizer == "torch-rmsprop":
+            assert 1e-3 < first < 7.1e-3, (part, first)
+        else:
+            assert first < 1e-5, (part, first)
