@@ -11,9 +11,9 @@ OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see age
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
-# Settings whose default differs for the feed-forward network (--no-recurrent), applied where the
-# flag is not typed: torch's RMSprop learns Pong several times faster there (docs/recurrent.md).
-FEED_FORWARD_DEFAULTS = {"optimizer": "torch-rmsprop"}
+# What a saved config without a setting meant: it was written before the setting existed, and ran
+# the network and optimizer of that time (the defaults changed since; docs/recurrent.md).
+ABSENT_FROM_OLDER_CONFIGS = {"feature_norm": False, "lstm_norm": False, "core_skip": False}
 EVAL_SEED_OFFSET = 1_000_000  # evaluation envs play games apart from the training envs'
 RESUME_SEED_STRIDE = 7919  # a resumed run's envs move this far past the seed per update already done
 
@@ -59,9 +59,10 @@ class Config:
     """Size of the LSTM state."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
-    lstm_norm: bool = False
-    """A layer-normalized LSTM cell (the gates' input and state parts, and the cell, each layer-normalized)."""
-    core_skip: bool = False
+    lstm_norm: bool = True
+    """A layer-normalized LSTM cell (the gates' input and state parts, and the cell, each
+    layer-normalized), whose gates cannot all saturate; False: torch's LSTMCell."""
+    core_skip: bool = True
     """The heads read the encoder's features beside the LSTM's output (a skip connection around the core)."""
 
     # --- algorithm
@@ -79,13 +80,11 @@ class Config:
     """Weight of the entropy bonus."""
     max_grad_norm: float = 0.5
     """Gradients are clipped to this global norm."""
-    optimizer: str = "rmsprop"
-    """rmsprop: RMSprop as TensorFlow computes it (the square average starts at 1; alpha 0.99, eps 1e-5),
-    the form the A2C settings were tuned with; adam (eps 1e-5); torch-rmsprop: torch.optim.RMSprop
-    (the square average starts at 0), what runs before this option existed trained with;
-    rmsprop-debiased: torch.optim.RMSprop's formula with the square average bias-corrected (Adam
-    without momentum: betas 0 and 0.99, eps 1e-5). The feed-forward network (--no-recurrent)
-    defaults to torch-rmsprop."""
+    optimizer: str = "torch-rmsprop"
+    """torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: RMSprop as TensorFlow
+    computes it (the square average starts at 1, eps inside the root), which keeps a plain LSTM
+    alive but learns slowly; adam (eps 1e-5); rmsprop-debiased: torch.optim.RMSprop's formula with
+    the square average bias-corrected (Adam without momentum: betas 0 and 0.99, eps 1e-5)."""
     lr: float = 7e-4
     """Learning rate."""
     lr_schedule: str = "constant"
@@ -150,9 +149,10 @@ class Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Config":
-        """Build from a saved dict, ignoring keys this version no longer knows."""
+        """Build from a saved dict, ignoring keys this version no longer knows; a setting the dict
+        lacks takes the value it had before it existed (``ABSENT_FROM_OLDER_CONFIGS``), else its default."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        return cls(**{**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in values.items() if k in names}})
 
 
 def field_doc(name: str) -> str:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import ARCHS, FEED_FORWARD_DEFAULTS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
+from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
@@ -171,8 +171,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
     args.typed = typed
     fields = {f.name for f in dataclasses.fields(Config)}
     config = Config(**{k: v for k, v in vars(args).items() if k in fields})
-    if not config.recurrent:
-        config = dataclasses.replace(config, **{k: v for k, v in FEED_FORWARD_DEFAULTS.items() if k not in typed})
     return config, args, typed & fields
 
 

@@ -61,12 +61,16 @@ def health(model: ActorCritic, frames: torch.Tensor) -> dict[str, float]:
         n, lstm = frames.shape[0], model.lstm
         h, c = torch.zeros(n, model.hidden_size), torch.zeros(n, model.hidden_size)
         for _ in range(8):
-            gates = features @ lstm.weight_ih.T + lstm.bias_ih + h @ lstm.weight_hh.T + lstm.bias_hh
+            if hasattr(lstm, "gates"):  # the layer-normalized cell (--lstm-norm)
+                gates = lstm.gates(features, h)
+            else:
+                gates = features @ lstm.weight_ih.T + lstm.bias_ih + h @ lstm.weight_hh.T + lstm.bias_hh
             h, c = lstm(features, (h, c))
         out["saturated"] = float((gates.abs() > 3).float().mean())
         core = h
     out["output_spread"] = float(core.std(0).mean())
-    out["value_spread"] = float(model.critic(core).squeeze(-1).std())
+    heads_read = torch.cat([features, core], 1) if model.core_skip else core  # --core-skip: both
+    out["value_spread"] = float(model.critic(heads_read).squeeze(-1).std())
     return out
 
 

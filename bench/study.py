@@ -30,7 +30,7 @@ one row per configuration:
   training speed (``train/steps_per_second``) averaged over the run; both then over its seeds.
 
 ``--preset screen`` is the screen of rollout length, optimizer, gradient clip and encoder: the
-default settings (``default``: rollout 5, RMSprop at 7e-4, clip 0.5, universe encoder) and six
+default settings (``default``: rollout 5, torch's RMSprop at 7e-4, clip 0.5, universe encoder) and six
 configurations that each change one of them. ``--report-only`` trains nothing and reports on the
 runs in ``--log-dir`` (all of them, or those of ``--configs`` / ``--preset`` and ``--seeds``).
 The runs train where ``main.py`` trains by default (the GPU if there is one); add

@@ -207,7 +207,7 @@ def finished_run(tmp_path_factory, torch_single_thread) -> str:
 @pytest.mark.parametrize("flags, message", [
     (["--icm"], "was saved with --icm false (other settings); cannot use true"),
     (["--seed", "4"], "was saved with --seed 3 (other settings); cannot use 4"),
-    (["--optimizer", "adam"], "was saved with --optimizer rmsprop (other settings); cannot use adam"),
+    (["--optimizer", "adam"], "was saved with --optimizer torch-rmsprop (other settings); cannot use adam"),
     (["--icm-normalize"], "was saved with --icm-normalize false"),
 ])
 def test_resume_refuses_to_change_a_fixed_setting(finished_run, one_line_error, flags, message):

@@ -348,12 +348,16 @@ def test_flags_parse_into_config_and_booleans_turn_off():
     assert default.total_steps == 10_000_000
 
 
-def test_feed_forward_defaults_to_torch_rmsprop_unless_an_optimizer_is_typed():
-    assert cli.parse_args([])[0].optimizer == "rmsprop"
-    assert cli.parse_args(["--no-recurrent"])[0].optimizer == "torch-rmsprop"
-    config, _, typed = cli.parse_args(["--no-recurrent", "--optimizer", "rmsprop"])
-    assert config.optimizer == "rmsprop" and "optimizer" in typed
-    assert cli.parse_args(["--recurrent", "--optimizer", "adam"])[0].optimizer == "adam"
+def test_a_saved_config_without_a_newer_setting_keeps_what_it_ran_with():
+    """Configs saved before --lstm-norm and --core-skip existed ran the plain LSTM without skip:
+    they come back so (the defaults are now on), and a setting they hold wins."""
+    from config import Config
+
+    saved = {k: v for k, v in Config().to_dict().items() if k not in ("lstm_norm", "core_skip", "feature_norm")}
+    old = Config.from_dict(saved)
+    assert (old.lstm_norm, old.core_skip, old.feature_norm) == (False, False, False)
+    assert Config().lstm_norm and Config().core_skip and Config().optimizer == "torch-rmsprop"
+    assert Config.from_dict({**saved, "lstm_norm": True}).lstm_norm is True
 
 
 def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path):

@@ -316,7 +316,8 @@ def test_cli_eval_writes_json_for_every_checkpoint_kind(runs, run, kind, tmp_pat
     assert data["scores"] == scores and len(data["lengths"]) == 2
     assert data["mean"] == pytest.approx(np.mean(scores)) and data["std"] == pytest.approx(np.std(scores))
     assert (data["median"], data["min"], data["max"]) == (np.median(scores), min(scores), max(scores))
-    assert data["checkpoint_step"] == torch.load(ckpt, weights_only=True)["step"] > 0
+    assert data["checkpoint_step"] == torch.load(ckpt, weights_only=True)["step"]
+    assert kind != "a2c_last" or data["checkpoint_step"] > 0  # a best-loss file may hold update 0 (step 0)
     assert (data["protocol"], data["deterministic"], data["env_name"], data["episodes"]) == \
         ("machado", True, GAME, 2)
     assert data["checkpoint"] == os.path.abspath(ckpt) and data["max_episode_frames"] == 100

@@ -167,10 +167,10 @@ def test_the_screen_changes_one_setting_of_the_defaults_in_each_configuration():
         study.check_flags(flags)
         settings = vars(study.train_settings(flags))
         assert {k: v for k, v in settings.items() if v != defaults[k]} == changes[name], name
-    # The default is the screen's other value of each: rollout 5, RMSprop at 7e-4, clip 0.5, universe.
+    # The default is the screen's other value of each: rollout 5, torch's RMSprop at 7e-4, clip 0.5, universe.
     base = Config()
     assert (base.rollout_size, base.optimizer, base.lr, base.max_grad_norm, base.arch) == \
-        (5, "rmsprop", 7e-4, 0.5, "universe")
+        (5, "torch-rmsprop", 7e-4, 0.5, "universe")
 
 
 # ------------------------------------------------------------------------------------------------ end to end
