@@ -56,6 +56,7 @@ largest of all and what subproc env workers held, if any.
 
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
+    python bench/throughput.py --ours recurrent --plain-lstm   # and what the layer-normalized LSTM costs
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
@@ -91,6 +92,7 @@ from perf import keep_freed_memory  # noqa: E402
 from utils import UsageError, seed_everything  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
+OURS_PLAIN = "ours recurrent, plain LSTM"  # --plain-lstm: torch's LSTMCell, heads on its output only
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
 OPTIONAL_TARGETS = {OURS_FEEDFORWARD + BF16: ("feed-forward bf16", 2.0)}  # judged only when measured
@@ -121,7 +123,8 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
                arch: str = Config.arch, channels_last: bool = Config.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
-               bf16: bool = Config.bf16, cast_once: bool = True, device: str = "cpu") -> tuple[int, float]:
+               bf16: bool = Config.bf16, cast_once: bool = True, lstm_norm: bool = Config.lstm_norm,
+               core_skip: bool = Config.core_skip, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
@@ -138,7 +141,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
         ConvEncoder.cpu_chunk = None  # this process runs only this trial
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
-                        channels_last=channels_last, bf16=bf16, seed=seed,
+                        channels_last=channels_last, bf16=bf16, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
@@ -335,6 +338,11 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             elif name in TARGETS:
                 verdicts.append(f"{label} >= {target:g}x: not measured")
         lines.append("targets: " + ", ".join(verdicts))
+    if OURS_PLAIN in results and OURS_RECURRENT in results:
+        if SB3 in results:
+            lines.append(f"ratio ({OURS_PLAIN} / {SB3}): {results[OURS_PLAIN].median_rate / results[SB3].median_rate:.2f}x")
+        lines.append(f"the layer-normalized cell and the skip connection: {OURS_PLAIN} over {OURS_RECURRENT}: "
+                     f"{results[OURS_PLAIN].median_rate / results[OURS_RECURRENT].median_rate:.2f}x")
     recurrent_rows = [name for name in ablations if not name.endswith(tuple(TRAINER_OPTIMIZATIONS))]
     if recurrent_rows and OURS_RECURRENT in results:
         lines.append(f"what each optimization bought (speed-up of {OURS_RECURRENT} over the row):")
@@ -433,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-recurrent", dest="ours", action="store_const", const="feedforward",
                    default=argparse.SUPPRESS, help="shorthand for --ours feedforward")
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
+    p.add_argument("--plain-lstm", action="store_true",
+                   help="also the recurrent agent with torch's plain LSTMCell and no skip connection (what the "
+                        "layer-normalized cell costs)")
     p.add_argument("--bf16", action="store_true",
                    help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic)")
     p.add_argument("--ablation", action="store_true",
@@ -487,6 +498,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     setups = ours_setups(args.ours, args.ours_vec_env, args.bf16)
     trainers = {name: ours(setup) for name, setup in setups.items()}
+    if args.plain_lstm:
+        trainers[OURS_PLAIN] = ours({**default_setup(args.ours_vec_env), "lstm_norm": False, "core_skip": False})
     if not args.no_sb3:
         trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
                                         seed=args.seed, device=device)

@@ -87,6 +87,16 @@ def test_summary_gives_ratios_targets_and_what_each_optimization_bought():
     assert not any(line.startswith(("ratio", "targets")) for line in bench.summary_lines(results, []))
 
 
+def test_summary_says_what_the_layer_normalized_lstm_costs():
+    results = {t.name: t for t in (trials(OURS_RECURRENT, 120), trials(bench.OURS_PLAIN, 150), trials(SB3, 100))}
+    assert bench.summary_lines(results, []) == [
+        "ratio (ours recurrent / sb3): 1.20x",
+        "targets: recurrent >= 1.3x: no, feed-forward >= 2x: not measured",
+        "ratio (ours recurrent, plain LSTM / sb3): 1.50x",
+        "the layer-normalized cell and the skip connection: ours recurrent, plain LSTM over ours recurrent: 1.25x",
+    ]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--vec-env", "dummy"], "unrecognized arguments: --vec-env dummy"),  # it is --ours-vec-env
     (["--sb3-vec-env", "ale"], "argument --sb3-vec-env: invalid choice: 'ale'"),  # SB3 has no ale path
