@@ -17,7 +17,6 @@ from torch.testing import assert_close
 
 import checkpoints
 import main as cli
-from config import Config
 from envs import action_size, make_vec_env
 from gym_vec_env import GymVecEnv
 from model import ActorCritic, MLPEncoder
