@@ -54,7 +54,7 @@ class Config:
     """universe: 4 conv layers (32 3x3 filters, stride 2, ELU) giving 288 features; nature: the
     Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units, ReLU), about a fifth cheaper to train on the CPU."""
     recurrent: bool = True
-    """Conv encoder followed by an LSTMCell; False drops the LSTM (feed-forward)."""
+    """Encoder followed by an LSTM cell; False drops the LSTM (feed-forward)."""
     hidden_size: int = 256
     """Size of the LSTM state."""
     feature_norm: bool = False
