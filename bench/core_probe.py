@@ -74,18 +74,24 @@ def health(model: ActorCritic, frames: torch.Tensor) -> dict[str, float]:
     return out
 
 
+def quiet_setup(flags: str):
+    """The settings that ``main.py`` flags describe, without TensorBoard, progress bar, logging or
+    checkpoints, on one torch thread and seeded as ``main.py`` seeds; and their envs."""
+    config, _, _ = parse_args(shlex.split(flags))
+    config.tensorboard, config.progress, config.threads = False, False, 1
+    config.log_interval = config.checkpoint_interval = 10**9
+    torch.set_num_threads(1)
+    seed_everything(config.seed)
+    return config, make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--updates", type=int, default=300)
     p.add_argument("--every", type=int, default=25)
     p.add_argument("--flags", default="", help="main.py flags of the configuration to train")
     args = p.parse_args(argv)
-    config, _, _ = parse_args(shlex.split(args.flags))
-    config.tensorboard, config.progress, config.threads = False, False, 1
-    config.log_interval = config.checkpoint_interval = 10**9
-    torch.set_num_threads(1)
-    seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env)
+    config, envs = quiet_setup(args.flags)
     try:
         frames = fixed_frames(envs, np.random.default_rng(0))
         agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import tempfile
 
@@ -26,10 +25,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from agent import agent_from_config  # noqa: E402
-from envs import action_size, make_vec_env  # noqa: E402
-from main import parse_args  # noqa: E402
+from bench.core_probe import quiet_setup  # noqa: E402
+from envs import action_size  # noqa: E402
 from runner import Runner  # noqa: E402
-from utils import seed_everything  # noqa: E402
 
 
 def rms(tensors: list[torch.Tensor]) -> float:
@@ -41,13 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=150)
     p.add_argument("--flags", default="", help="main.py flags of the configuration to train")
     args = p.parse_args(argv)
-    config, _, _ = parse_args(shlex.split(args.flags))
-    config.tensorboard, config.progress, config.threads = False, False, 1
-    config.log_interval = config.checkpoint_interval = 10**9
+    config, envs = quiet_setup(args.flags)
     config.num_updates = args.updates
-    torch.set_num_threads(1)
-    seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env)
     try:
         num_actions, continuous = action_size(envs.action_space)
         agent = agent_from_config(config, envs.observation_space.shape, num_actions, continuous=continuous)
