@@ -294,6 +294,14 @@ class ActorCritic(nn.Module):
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
         return self.forward(obs, state, episode_starts)[1]
 
+    def gate_preactivations(self, features: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The LSTM gates' pre-activations ``[N, 4H]`` for features ``[N, F]`` and state ``h``, in
+        either cell: where they pass +-3 their gradient nearly vanishes."""
+        if isinstance(self.lstm, LayerNormLSTMCell):
+            return self.lstm.gates(features, h)
+        return F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
+            F.linear(h, self.lstm.weight_hh, self.lstm.bias_hh)
+
     @torch.inference_mode()
     def core_health(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> dict[str, float]:
         """How alive the encoder and the recurrent core are on one step of N envs (N >= 2).
@@ -310,11 +318,7 @@ class ActorCritic(nn.Module):
         out, _ = self._core(features, state, episode_starts)
         if self.recurrent:
             keep = (1.0 - episode_starts).unsqueeze(1)
-            if isinstance(self.lstm, LayerNormLSTMCell):
-                gates = self.lstm.gates(features, state[0] * keep)
-            else:
-                gates = F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
-                    F.linear(state[0] * keep, self.lstm.weight_hh, self.lstm.bias_hh)
+            gates = self.gate_preactivations(features, state[0] * keep)
             health["gate_saturation"] = float((gates.abs() > 3).float().mean())
         core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
         health["output_std"] = float(core.std(0).mean())

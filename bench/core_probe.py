@@ -61,10 +61,7 @@ def health(model: ActorCritic, frames: torch.Tensor) -> dict[str, float]:
         n, lstm = frames.shape[0], model.lstm
         h, c = torch.zeros(n, model.hidden_size), torch.zeros(n, model.hidden_size)
         for _ in range(8):
-            if hasattr(lstm, "gates"):  # the layer-normalized cell (--lstm-norm)
-                gates = lstm.gates(features, h)
-            else:
-                gates = features @ lstm.weight_ih.T + lstm.bias_ih + h @ lstm.weight_hh.T + lstm.bias_hh
+            gates = model.gate_preactivations(features, h)
             h, c = lstm(features, (h, c))
         out["saturated"] = float((gates.abs() > 3).float().mean())
         core = h
