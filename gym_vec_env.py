@@ -28,9 +28,11 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 VECTOR_MODES = ("sync", "async")  # gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (a process an env)
 
 
-def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int]) -> gym.Env:
+def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int], rank: int,
+              wrap: Optional[Callable[[int, gym.Env], gym.Env]]) -> gym.Env:
     extra = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    return RecordEpisodeStatistics(gym.make(env_id, **kwargs, **extra))
+    env = gym.make(env_id, **kwargs, **extra)
+    return RecordEpisodeStatistics(env if wrap is None else wrap(rank, env))
 
 
 class GymVecEnv(VecEnv):
@@ -39,18 +41,24 @@ class GymVecEnv(VecEnv):
 
     ``mode`` is ``sync`` (all envs in this process) or ``async`` (one worker process an env;
     the script that trains must then guard its entry point with ``if __name__ == "__main__":``).
+
+    ``wrap``, when given, wraps each env under its ``RecordEpisodeStatistics``: env i is
+    ``RecordEpisodeStatistics(wrap(i, gym.make(env_id, ...)))`` (e.g. ``evaluate.GameRecorder``,
+    which needs ``render_mode="rgb_array"`` in ``env_kwargs``; a wrapper that writes files is
+    best run in ``sync`` mode).
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0, mode: str = "sync",
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
-                 max_episode_steps: Optional[int] = None) -> None:
+                 max_episode_steps: Optional[int] = None,
+                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> None:
         if mode not in VECTOR_MODES:
             raise ValueError(f"unknown vector mode {mode!r} (one of {', '.join(VECTOR_MODES)})")
         kwargs = list(env_kwargs) if env_kwargs is not None else [{} for _ in range(num_envs)]
         if len(kwargs) != num_envs:
             raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
         makers: list[Callable[[], gym.Env]] = [
-            (lambda k=k: _make_env(env_id, k, max_episode_steps)) for k in kwargs]
+            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap)) for i, k in enumerate(kwargs)]
         vector = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
         self.envs = vector(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.seed_base, self.mode, self.env_id = seed, mode, env_id

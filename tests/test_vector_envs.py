@@ -1,13 +1,14 @@
 """Vector-observation envs: gymnasium's vector envs behind the runner's interface (same-step
 autoreset, no fake transition, time limits told from terminations, per-env seeds and kwargs,
 continuous actions clipped only on their way to the env), the MLP encoder and the Gaussian
-policy, and short training runs through ``main.py``."""
+policy, short training runs through ``main.py``, and videos of their rendered frames."""
 from __future__ import annotations
 
 import glob
 import json
 import math
 import os
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +19,7 @@ from torch.testing import assert_close
 import checkpoints
 import main as cli
 from envs import action_size, make_vec_env
+from evaluate import GameRecorder, make_eval_envs
 from gym_vec_env import GymVecEnv
 from model import ActorCritic, MLPEncoder
 from storage import RolloutStorage
@@ -167,3 +169,81 @@ def test_cartpole_learns(tmp_path):
 ])
 def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
+
+
+# ------------------------------------------------------------------------------------------------ video
+def decoded(path: str) -> tuple[int, tuple[int, int], float, str, list[np.ndarray]]:
+    """(frames, (width, height), fps, codec, the first frame) of a video, as ffmpeg decodes it."""
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(path)
+    meta = next(reader)
+    width, height = meta["size"]
+    first = np.frombuffer(next(reader), np.uint8).reshape(height, width, 3)
+    reader.close()
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(path)
+    return frames, (width, height), meta["fps"], meta["codec"], first
+
+
+def test_eval_of_a_saved_cartpole_agent_records_its_rendered_games(tmp_path):
+    """``--video`` plays a non-Atari env in one process with its rendered frames: one H.264 file a
+    game, numbered across envs, holding the frame after the reset and after each step (l + 1),
+    at the render's size (CartPole: 600 x 400) and rate (50 fps)."""
+    argv = ["--env-name", "CartPole-v1", "--num-envs", "2", "--rollout-size", "5", "--num-updates", "3",
+            "--no-progress", "--threads", "1", "--no-tensorboard", "--log-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "runs" / "CartPole-v1_*"))
+    videos, out = tmp_path / "videos" / "new", tmp_path / "eval.json"  # a missing folder is made
+    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "2",
+                     "--max-episode-frames", "40", "--video", str(videos), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    files = sorted(os.listdir(videos))
+    names = [re.fullmatch(r"env(\d\d)_episode(\d{3})_score(\d+)\.mp4", name) for name in files]
+    assert all(names) and [(m[1], m[2]) for m in names] == [("00", "001"), ("01", "002")], files  # shares 1, 1
+    found = []
+    for name, match in zip(files, names):
+        frames, size, fps, codec, _ = decoded(str(videos / name))
+        assert (size, fps, codec) == ((600, 400), 50.0, "h264")
+        found.append((float(match[3]), frames))
+    # CartPole scores a point a step: a game of l steps scores l and gives l + 1 frames.
+    assert sorted(found) == sorted((score, length + 1) for score, length in zip(result["scores"], result["lengths"]))
+    assert result["video_dir"] == os.path.abspath(videos)
+
+
+def test_an_odd_sized_render_encodes_padded_to_even_and_machado_is_refused(tmp_path):
+    """A 5 x 7 render is written 6 x 8 (its last row and column repeated, not rescaled), at 30 fps
+    when the env names no rate; a game cut short leaves no file."""
+
+    class Tiny(gym.Env):
+        metadata = {"render_modes": ["rgb_array"]}
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+        render_mode = "rgb_array"
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.zeros(1, np.float32), 2.0, self.t == 3, False, {}
+
+        def render(self):
+            return np.full((5, 7, 3), (200, 60, 30), np.uint8)
+
+    env = GameRecorder(Tiny(), str(tmp_path), "env00")
+    for steps in (3, 1):  # a whole game of 3 steps, then one cut short by close
+        env.reset()
+        for _ in range(steps):
+            env.step(0)
+    env.close()
+    assert os.listdir(tmp_path) == ["env00_episode001_score6.mp4"]
+    frames, size, fps, codec, first = decoded(str(tmp_path / "env00_episode001_score6.mp4"))
+    assert (frames, size, fps, codec) == (4, (8, 6), 30.0, "h264")
+    assert np.abs(first.astype(int) - (200, 60, 30)).max() < 12  # the padding repeats the edge: no black border
+
+    from utils import UsageError
+    with pytest.raises(UsageError, match="--protocol machado is for Atari games, not CartPole-v1"):
+        make_eval_envs("CartPole-v1", 1, 0, "machado", video_dir=str(tmp_path / "never"))
+    assert not os.path.exists(tmp_path / "never")
