@@ -20,7 +20,7 @@ from utils import UsageError
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+def a2c_loss(logits: torch.Tensor, values: Optional[torch.Tensor], actions: torch.Tensor, returns: torch.Tensor,
              advantages: torch.Tensor, value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
     """The A2C loss and its named terms; every term is a mean over all T x N samples.
 
@@ -28,14 +28,17 @@ def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, 
 
     ``policy = -mean(log pi(a|s) * A)`` with the advantage A held constant,
     ``value = mean((R - V(s))^2)``, ``entropy = mean(H(pi(.|s)))`` and
-    ``total = policy + value_coeff * value - entropy_coeff * entropy``.
+    ``total = policy + value_coeff * value - entropy_coeff * entropy``. Without a critic
+    (``values`` None) there is no value term.
     """
     dist = logits if isinstance(logits, Distribution) else Categorical(logits=logits)
     policy = -(dist.log_prob(actions) * advantages.detach()).mean()
-    value = (returns.detach() - values).pow(2).mean()
     entropy = dist.entropy().mean()
-    total = policy + value_coeff * value - entropy_coeff * entropy
-    return {"total": total, "policy": policy, "value": value, "entropy": entropy}
+    terms = {"total": policy - entropy_coeff * entropy, "policy": policy, "entropy": entropy}
+    if values is not None:
+        terms["value"] = (returns.detach() - values).pow(2).mean()
+        terms["total"] = terms["total"] + value_coeff * terms["value"]
+    return terms
 
 
 class RMSpropTF(torch.optim.Optimizer):
@@ -195,6 +198,8 @@ class A2CAgent:
             logits, values = batch.outputs
         else:
             logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+        if self.model.critic is None:
+            values = None
         terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, batch.advantages,
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:
@@ -271,17 +276,18 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
-                        lstm_norm=config.lstm_norm,
+                        lstm_norm=config.lstm_norm, critic=config.critic,
                         arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
-    intrinsic = ICM(obs_shape, num_actions, eta=config.curiosity_coeff, beta=config.icm_beta,
+    curiosity = config.curiosity
+    intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
                     channels_last=config.channels_last,
-                    forward_trains_phi=config.icm_forward_grad).to(device) if config.icm else None
+                    forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
     return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
                     entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
                     gamma=config.gamma, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
-                    icm_lambda=config.icm_lambda, extrinsic_coeff=config.extrinsic_coeff,
-                    normalize_intrinsic=config.icm_normalize)
+                    icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
+                    normalize_intrinsic=curiosity.normalize)
 
 
 def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False) -> ActorCritic:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
@@ -28,6 +28,25 @@ def env_seed(seed: int, *, update: int = 0, evaluation: bool = False) -> int:
     if evaluation:
         return seed + EVAL_SEED_OFFSET
     return (seed + update * RESUME_SEED_STRIDE) % SEED_LIMIT
+
+
+@dataclass
+class Curiosity:
+    """The Intrinsic Curiosity Module's settings (Pathak et al. 2017; ``icm.py``): one block of a run's settings."""
+    enabled: bool = False
+    """Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and its losses."""
+    eta: float = 0.01
+    """eta: intrinsic reward = eta/2 * forward-model error (with --icm)."""
+    beta: float = 0.2
+    """beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with --icm)."""
+    policy_weight: float = 0.1
+    """lambda: objective = lambda * A2C loss + curiosity loss (with --icm)."""
+    extrinsic_coeff: float = 1.0
+    """Weight of the game's reward when curiosity is on; 0 trains on curiosity alone (with --icm)."""
+    normalize: bool = False
+    """Divide intrinsic rewards by their running standard deviation (with --icm)."""
+    forward_trains_encoder: bool = True
+    """Let the forward loss train the ICM's encoder phi, as in the paper; off, phi learns from the inverse loss alone (with --icm)."""
 
 
 @dataclass
@@ -74,6 +93,9 @@ class Config:
     """Discount factor."""
     gae_lambda: float = 1.0
     """1.0: n-step returns; below 1: generalized advantage estimation."""
+    critic: bool = True
+    """A critic (value head) as baseline and bootstrap; False: none and no value loss, so each
+    advantage is the discounted reward to the rollout's end (REINFORCE over the rollout)."""
     value_coeff: float = 0.5
     """Weight of the value loss."""
     entropy_coeff: float = 0.01
@@ -89,20 +111,8 @@ class Config:
     """Learning rate."""
     lr_schedule: str = "constant"
     """constant, or linear decay to 0 at the last update."""
-    icm: bool = False
-    """Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and its losses."""
-    curiosity_coeff: float = 0.01
-    """eta: intrinsic reward = eta/2 * forward-model error (with --icm)."""
-    icm_beta: float = 0.2
-    """beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with --icm)."""
-    icm_lambda: float = 0.1
-    """lambda: objective = lambda * A2C loss + curiosity loss (with --icm)."""
-    extrinsic_coeff: float = 1.0
-    """Weight of the game's reward when curiosity is on; 0 trains on curiosity alone (with --icm)."""
-    icm_normalize: bool = False
-    """Divide intrinsic rewards by their running standard deviation (with --icm)."""
-    icm_forward_grad: bool = True
-    """Let the forward loss train the ICM's encoder phi, as in the paper; off, phi learns from the inverse loss alone (with --icm)."""
+    curiosity: Curiosity = field(default_factory=Curiosity)
+    """The Intrinsic Curiosity Module's settings (see :class:`Curiosity`)."""
     max_skipped_updates: int = 10
     """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
 
@@ -116,6 +126,9 @@ class Config:
     float32. Training runs 1.1-1.2x as fast on a CPU with AVX-512 BF16; changes the arithmetic."""
     threads: int = 0
     """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
+    keep_graph: bool = True
+    """Train through the forward pass made while collecting the rollout, instead of running the
+    rollout through the network again in the update: the same numbers, faster (docs/speed.md)."""
 
     # --- logging and checkpoints
     log_dir: str = "runs"
@@ -145,33 +158,82 @@ class Config:
         return self.num_updates * self.steps_per_update
 
     def to_dict(self) -> dict[str, Any]:
+        """Nested as the settings are: ``{"env_name": ..., "curiosity": {"enabled": ...}, ...}``."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Config":
         """Build from a saved dict, ignoring keys this version no longer knows; a setting the dict
-        lacks takes the value it had before it existed (``ABSENT_FROM_OLDER_CONFIGS``), else its default."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in values.items() if k in names}})
+        lacks takes the value it had before it existed (``ABSENT_FROM_OLDER_CONFIGS``), else its
+        default. Configs saved before the settings were grouped (flat ``icm_beta`` and the like,
+        ``FLAT_NAMES``) read the same."""
+        flat = {FLAT_NAMES.get(k, k): v for k, v in values.items() if not isinstance(v, dict)}
+        for block, settings in values.items():
+            if isinstance(settings, dict):
+                flat.update({f"{block}.{k}": v for k, v in settings.items()})
+        known = set(setting_names())
+        return with_settings(cls(), {**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in flat.items() if k in known}})
+
+
+# The names the curiosity settings had when all settings were flat, as in configs saved then.
+FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "icm_beta": "curiosity.beta",
+              "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
+              "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder"}
+BLOCKS = {"curiosity": Curiosity}  # settings grouped in a block of their own, by the field that holds it
+
+
+def setting_names() -> list[str]:
+    """Every setting's name, in the order of the dataclasses: a block's settings as ``block.name``."""
+    names = []
+    for f in dataclasses.fields(Config):
+        if f.name in BLOCKS:
+            names += [f"{f.name}.{g.name}" for g in dataclasses.fields(BLOCKS[f.name])]
+        else:
+            names.append(f.name)
+    return names
+
+
+def get_setting(config: Config, name: str) -> Any:
+    """The value of setting ``name`` (``"lr"``, ``"curiosity.beta"``)."""
+    value: Any = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def with_settings(config: Config, changes: dict[str, Any]) -> Config:
+    """A copy of ``config`` with the settings ``changes`` names (as in :func:`setting_names`) replaced."""
+    top: dict[str, Any] = {}
+    blocks: dict[str, dict[str, Any]] = {}
+    for name, value in changes.items():
+        block, _, inner = name.partition(".")
+        if inner:
+            blocks.setdefault(block, {})[inner] = value
+        else:
+            top[name] = value
+    for block, inner in blocks.items():
+        top[block] = dataclasses.replace(getattr(config, block), **inner)
+    return dataclasses.replace(config, **top)
 
 
 def field_doc(name: str) -> str:
-    """The docstring written under a field above (used as the flag's help text)."""
+    """The docstring written under a setting above (used as the flag's help text)."""
     return _FIELD_DOCS.get(name, "")
 
 
-def _read_field_docs() -> dict[str, str]:
+def _read_field_docs(cls: type, prefix: str = "") -> dict[str, str]:
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(Config))
+    tree = ast.parse(inspect.getsource(cls))
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, following in zip(body, body[1:]):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                 and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = str(following.value.value)
+            docs[prefix + node.target.id] = str(following.value.value)
     return docs
 
 
-_FIELD_DOCS = _read_field_docs()
+_FIELD_DOCS = {**_read_field_docs(Config), **{k: v for block, cls in BLOCKS.items()
+                                              for k, v in _read_field_docs(cls, block + ".").items()}}

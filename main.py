@@ -8,24 +8,25 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc
+from config import (ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc, get_setting, setting_names,
+                    with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "seed",
-                "optimizer", "log_dir", "icm", "icm_normalize"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "critic", "seed",
+                "optimizer", "log_dir", "curiosity.enabled", "curiosity.normalize"}
+FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "critic", "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,7 +41,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
 
     def flag(*names: str, field: str, **kwargs: Any) -> None:
-        default = getattr(defaults, field) if with_defaults else argparse.SUPPRESS
+        default = get_setting(defaults, field) if with_defaults else argparse.SUPPRESS
+        FLAG_OF[field] = names[0]
         p.add_argument(*names, dest=field, default=default, help=field_doc(field), **kwargs)
 
     def switch(name: str, field: str) -> None:
@@ -64,23 +66,25 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)
     flag("--gae-lambda", field="gae_lambda", type=unit)
+    switch("--critic", "critic")
     flag("--value-coeff", field="value_coeff", type=non_negative)
     flag("--entropy-coeff", field="entropy_coeff", type=non_negative)
     flag("--max-grad-norm", "--max-grad_norm", field="max_grad_norm", type=positive_float)
     flag("--optimizer", field="optimizer", choices=list(OPTIMIZERS))
     flag("--lr", field="lr", type=positive_float)
     flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
-    switch("--icm", "icm")
-    flag("--curiosity-coeff", field="curiosity_coeff", type=non_negative)
-    flag("--icm-beta", field="icm_beta", type=unit)
-    flag("--icm-lambda", field="icm_lambda", type=non_negative)
-    flag("--extrinsic-coeff", field="extrinsic_coeff", type=non_negative)
-    switch("--icm-normalize", "icm_normalize")
-    switch("--icm-forward-grad", "icm_forward_grad")
+    switch("--icm", "curiosity.enabled")
+    flag("--curiosity-coeff", field="curiosity.eta", type=non_negative)
+    flag("--icm-beta", field="curiosity.beta", type=unit)
+    flag("--icm-lambda", field="curiosity.policy_weight", type=non_negative)
+    flag("--extrinsic-coeff", field="curiosity.extrinsic_coeff", type=non_negative)
+    switch("--icm-normalize", "curiosity.normalize")
+    switch("--icm-forward-grad", "curiosity.forward_trains_encoder")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
     switch("--channels-last", "channels_last")
     switch("--bf16", "bf16")
+    switch("--keep-graph", "keep_graph")
     flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")
@@ -169,9 +173,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
     args = build_parser().parse_args(argv)
     typed = set(vars(build_parser(with_defaults=False).parse_args(argv)))
     args.typed = typed
-    fields = {f.name for f in dataclasses.fields(Config)}
-    config = Config(**{k: v for k, v in vars(args).items() if k in fields})
-    return config, args, typed & fields
+    names = set(setting_names())
+    config = with_settings(Config(), {k: v for k, v in vars(args).items() if k in names})
+    return config, args, typed & names
 
 
 # ------------------------------------------------------------------------------------------------
@@ -239,18 +243,21 @@ def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Conf
     saved = Config.from_dict(checkpoint["config"])
     changes = {}
     for name in sorted(typed):
-        mine, theirs = getattr(config, name), getattr(saved, name)
+        mine, theirs = get_setting(config, name), get_setting(saved, name)
         if name in allowed:
             changes[name] = mine
         elif mine != theirs:
             what = "another architecture" if name in ARCHITECTURE else "other settings"
             raise UsageError(f"checkpoint {path} was saved with {_flag(name)} {_show(theirs)} ({what}); "
                              f"cannot use {_show(mine)}")
-    return dataclasses.replace(saved, **changes)
+    return with_settings(saved, changes)
 
 
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    """The flag that sets setting ``name``."""
+    if not FLAG_OF:
+        build_parser()
+    return FLAG_OF[name]
 
 
 def _show(value: Any) -> str:
@@ -281,7 +288,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     else:
         check_env(config.env_name)
         if not is_atari(config.env_name):
-            if config.icm:
+            if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads)
@@ -343,7 +350,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     in parallel, seeded apart from any training envs.
     """
     from agent import load_model
-    from envs import action_size
+    from envs import action_size, is_atari
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
     from checkpoints import load_checkpoint
     from utils import UsageError, probe_writable, seed_everything
@@ -385,7 +392,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
                     "full_action_space": bool(full_action_space),
                     "max_episode_frames": effective_frame_cap(env_name, protocol, max_frames),
                     "eval_envs": num_envs, "seed": seed,
-                    "vec_env": "dummy" if video_dir else settings.vec_env,
+                    "vec_env": ("dummy" if is_atari(env_name) else "sync") if video_dir else settings.vec_env,
                     "video_dir": os.path.abspath(video_dir) if video_dir else None, **result.to_dict()}, json_path)
     return 0
 

@@ -182,13 +182,14 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
-                 continuous: bool = False, lstm_norm: bool = False) -> None:
+                 continuous: bool = False, lstm_norm: bool = False, critic: bool = True) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
                      "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
-                     "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent)}
+                     "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent),
+                     "critic": bool(critic)}
         self.continuous = bool(continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
@@ -209,7 +210,8 @@ class ActorCritic(nn.Module):
         # deviation is learned apart from the state, starting at 0 (std 1).
         self.actor = nn.Linear(features, num_actions)
         self.log_std = nn.Parameter(torch.zeros(num_actions)) if self.continuous else None
-        self.critic = nn.Linear(features, 1)
+        # Without a critic there is no value head: every value is 0 (see values()).
+        self.critic = nn.Linear(features, 1) if critic else None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -227,7 +229,8 @@ class ActorCritic(nn.Module):
                 nn.init.orthogonal_(module.weight_hh)
         # A near-uniform first policy explores; a unit-gain critic starts on the scale of the returns.
         nn.init.orthogonal_(self.actor.weight, gain=0.01)
-        nn.init.orthogonal_(self.critic.weight, gain=1.0)
+        if self.critic is not None:
+            nn.init.orthogonal_(self.critic.weight, gain=1.0)
         if self.encoder.channels_last:
             self.encoder.to(memory_format=torch.channels_last)
 
@@ -241,6 +244,13 @@ class ActorCritic(nn.Module):
     def mode(self, actor_out: torch.Tensor) -> torch.Tensor:
         """The most probable action: the largest logit, or the Gaussian's mean."""
         return actor_out if self.continuous else actor_out.argmax(dim=-1)
+
+    def values(self, out: torch.Tensor) -> torch.Tensor:
+        """The critic's values ``[...]`` of the core's output ``[..., F]``. A network without a
+        critic values every state at 0: the return is then its own advantage (no baseline)."""
+        if self.critic is None:
+            return out.new_zeros(out.shape[:-1])
+        return self.critic(out).squeeze(-1)
 
     def initial_state(self, num_envs: int, device: torch.device | str = "cpu") -> State:
         if not self.recurrent:
@@ -288,7 +298,7 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
         out, state = self._core(self.encode(obs), state, episode_starts)
-        return self.actor(out), self.critic(out).squeeze(-1), state
+        return self.actor(out), self.values(out), state
 
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
@@ -322,7 +332,8 @@ class ActorCritic(nn.Module):
             health["gate_saturation"] = float((gates.abs() > 3).float().mean())
         core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
         health["output_std"] = float(core.std(0).mean())
-        health["value_std"] = float(self.critic(out).std())
+        if self.critic is not None:
+            health["value_std"] = float(self.values(out).std())
         return health
 
     def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
@@ -342,4 +353,4 @@ class ActorCritic(nn.Module):
             core = torch.stack(outputs)
         else:
             core = features
-        return self.actor(core), self.critic(core).squeeze(-1), state
+        return self.actor(core), self.values(core), state

@@ -5,7 +5,7 @@ In this module: the process's memory allocator (:func:`keep_freed_memory`) and t
 for bfloat16 (:func:`has_fast_bf16`). Elsewhere, each behind its own switch: channels-last memory
 order (``--channels-last``), the bfloat16 encoder (``--bf16``, ``ActorCritic.casting_once``),
 the C++ env path (``--vec-env ale``), the encoder's passes of a few frames on the CPU
-(``ConvEncoder.cpu_chunk``) and training through the collected forward pass (``Runner(keep_graph=)``).
+(``ConvEncoder.cpu_chunk``) and training through the collected forward pass (``--keep-graph``).
 """
 from __future__ import annotations
 

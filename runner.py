@@ -4,8 +4,10 @@ One update reads::
 
     collect a rollout -> compute returns -> agent.update -> log -> checkpoints
 
-The rollout is collected with gradients: the policy's outputs keep their graph, and the update
-trains through them rather than running the rollout through the network again. The runner owns
+The rollout is collected without gradients; the update (``A2CAgent.loss``) runs the network over
+the stored observations again, from the recurrent state the rollout started with. The speed
+setting ``keep_graph`` (on by default; docs/speed.md) collects with gradients instead and trains
+through that forward pass, which gives the same numbers without the second pass. The runner owns
 the live recurrent state between rollouts; it is detached at each rollout boundary, so
 gradients never cross into an earlier rollout.
 """
@@ -49,11 +51,8 @@ class Runner:
 
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
-                 evaluator: Optional[Evaluator] = None, keep_graph: bool = True,
-                 context: RunContext = RunContext()) -> None:
+                 evaluator: Optional[Evaluator] = None, context: RunContext = RunContext()) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
-        # Collect with gradients and train through that forward pass (False: run the rollout again in the update).
-        self.keep_graph = keep_graph
         self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
@@ -105,7 +104,7 @@ class Runner:
         """The rollout itself: ``rollout_size`` steps of every env, and the values to bootstrap from."""
         cfg, agent = self.config, self.agent
         for t in range(cfg.rollout_size):
-            if self.keep_graph:
+            if cfg.keep_graph:  # a speed setting: the update will train through this forward pass
                 actions, log_probs, logits, values, next_state = agent.act_with_graph(
                     self.obs, self.recurrent_state, self.episode_starts)
                 storage.keep_outputs(logits, values)

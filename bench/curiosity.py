@@ -5,7 +5,7 @@ actions forward/back, where "back" drops the agent to the start, and ``+1`` only
 far end within a time limit. A random policy's chance is printed (exact, and measured).
 
 Both settings train through the real pipeline (``Config -> agent_from_config -> Runner.train``)
-with the SAME hyper-parameters; only ``Config.icm`` differs. For every run the script reports:
+with the SAME hyper-parameters; only ``Config.curiosity.enabled`` differs. For every run the script reports:
 
 * ``eval``: success rate of the final policy over ``--eval-episodes`` fresh episodes (actions
   sampled from the policy, as in training), played by ``evaluate.evaluate`` on envs seeded apart
@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from agent import agent_from_config  # noqa: E402
-from config import Config  # noqa: E402
+from config import Config, Curiosity  # noqa: E402
 from evaluate import evaluate  # noqa: E402
 from runner import Runner  # noqa: E402
 from sparse_env import SparseCorridorEnv, make_corridor_vec_env, random_success_probability  # noqa: E402
@@ -98,14 +98,14 @@ class Result:
 
 
 def make_config(args: argparse.Namespace, icm: bool, seed: int) -> Config:
-    """One config for both settings: only ``icm`` differs."""
+    """One config for both settings: only whether curiosity is on differs."""
     return Config(
         env_name="SparseCorridor", num_envs=args.num_envs, n_stack=args.n_stack, seed=seed,
         recurrent=args.recurrent, hidden_size=args.hidden_size,
         rollout_size=args.rollout, num_updates=args.updates, gamma=args.gamma,
         optimizer=args.optimizer, lr=args.lr, entropy_coeff=args.entropy,
-        icm=icm, curiosity_coeff=args.eta, icm_beta=args.icm_beta, icm_lambda=args.icm_lambda,
-        extrinsic_coeff=1.0, icm_normalize=args.normalize,
+        curiosity=Curiosity(enabled=icm, eta=args.eta, beta=args.icm_beta, policy_weight=args.icm_lambda,
+                            extrinsic_coeff=1.0, normalize=args.normalize),
         cuda=False, tensorboard=False, progress=False, checkpoint_interval=10**9,
     )
 
@@ -142,7 +142,7 @@ def run_one(args: argparse.Namespace, setting: str, seed: int) -> Result:
     first = next((step for step, success, _ in log if success), None)
     last = log[-100:]
     trends = {"success": quarters([float(s) for _, s, _ in log]), "entropy": quarters([h["entropy"] for h in history])}
-    if config.icm:
+    if config.curiosity.enabled:
         trends["intrinsic/step"] = quarters(runner.intrinsic_means)
         for key in ("icm/forward", "icm/inverse", "icm/inverse_accuracy"):
             trends[key] = quarters([h[key] for h in history])

@@ -141,7 +141,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
         ConvEncoder.cpu_chunk = None  # this process runs only this trial
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
-                        channels_last=channels_last, bf16=bf16, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
+                        channels_last=channels_last, bf16=bf16, keep_graph=keep_graph, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
@@ -151,7 +151,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
             agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
             if not cast_once:
                 agent.model.casting_once = contextlib.nullcontext  # each pass in an autocast region of its own
-            runner = Runner(agent, envs, config, log_dir, keep_graph=keep_graph)  # resets the envs: not timed
+            runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
             tic = time.perf_counter()
             state = runner.train()
             seconds = time.perf_counter() - tic

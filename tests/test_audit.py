@@ -167,8 +167,8 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
 @pytest.mark.parametrize("keep_graph", [True, False])
 def test_bootstrap_value_does_not_advance_the_recurrent_state(make_runner, tmp_path, keep_graph):
     config = Config(num_envs=2, rollout_size=5, num_updates=3, seed=11, tensorboard=False, progress=False,
-                    max_episode_frames=120, checkpoint_interval=10**6)
-    runner = make_runner(config, tmp_path, keep_graph=keep_graph)
+                    max_episode_frames=120, checkpoint_interval=10**6, keep_graph=keep_graph)
+    runner = make_runner(config, tmp_path)
     name = "act_with_graph" if keep_graph else "act"
     act = getattr(runner.agent, name)
     produced = []  # the state each step of the rollout produced
@@ -211,7 +211,7 @@ def finished_run(tmp_path_factory, torch_single_thread) -> str:
     (["--icm-normalize"], "was saved with --icm-normalize false"),
 ])
 def test_resume_refuses_to_change_a_fixed_setting(finished_run, one_line_error, flags, message):
-    assert {"icm", "seed", "optimizer", "icm_normalize"} <= cli.RESUME_FIXED
+    assert {"curiosity.enabled", "seed", "optimizer", "curiosity.normalize"} <= cli.RESUME_FIXED
     last = os.path.join(finished_run, "a2c_last")
     before = open(last, "rb").read()
     assert message in one_line_error(["--resume", last, "--num-updates", "4", *flags])

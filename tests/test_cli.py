@@ -406,3 +406,22 @@ def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
         assert cli.main(["--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
                          "--no-cuda", *flags]) == 0
     assert played == [False, True, False]  # the run trained in float32; --bf16 asks for bfloat16
+
+
+def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
+    from config import Config, Curiosity, setting_names
+
+    dests = {action.dest for action in cli.build_parser()._actions if action.option_strings}
+    assert set(setting_names()) <= dests  # every setting can be typed
+    config, _, typed = cli.parse_args(["--icm", "--icm-beta", "0.3", "--icm-lambda", "0.5", "--curiosity-coeff", "2"])
+    assert config.curiosity == Curiosity(enabled=True, beta=0.3, policy_weight=0.5, eta=2.0)
+    assert typed == {"curiosity.enabled", "curiosity.beta", "curiosity.policy_weight", "curiosity.eta"}
+    saved = config.to_dict()
+    assert saved["curiosity"]["beta"] == 0.3 and "icm_beta" not in saved
+    assert Config.from_dict(saved) == config
+    # A config saved while the settings were flat reads the same.
+    flat = {k: v for k, v in saved.items() if k != "curiosity"}
+    flat.update(icm=True, icm_beta=0.3, icm_lambda=0.5, curiosity_coeff=2.0, extrinsic_coeff=1.0,
+                icm_normalize=False, icm_forward_grad=True)
+    assert Config.from_dict(flat) == config
+    assert cli._flag("curiosity.policy_weight") == "--icm-lambda"

@@ -208,3 +208,50 @@ def test_same_seed_same_batch_gives_bit_identical_parameters(optimizer):
             agent.update(make_batch(model, seed=s))
         results.append(params_copy(model))
     assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+# ----------------------------------------------------------------------------- without a critic
+def test_without_a_critic_the_loss_has_no_value_term():
+    terms = a2c_loss(**{**HAND, "values": None}, value_coeff=0.5, entropy_coeff=0.01)
+    assert "value" not in terms
+    assert terms["total"].item() == pytest.approx(HAND_POLICY - 0.01 * HAND_ENTROPY, abs=1e-6)
+
+
+def test_a_network_without_a_critic_has_no_value_head_and_values_every_state_at_zero():
+    from storage import compute_returns
+
+    torch.manual_seed(0)
+    model = ActorCritic(OBS_SHAPE, NUM_ACTIONS, recurrent=True, hidden_size=HIDDEN, critic=False)
+    assert model.spec["critic"] is False and not any(k.startswith("critic") for k in model.state_dict())
+    agent = A2CAgent(model)
+    assert {id(p) for p in agent.params} == {id(p) for p in model.parameters()}  # nothing else to optimize
+    batch = make_batch(model)
+    _, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+    assert values.shape == (T, N) and not values.any()
+    # With values of 0 the advantage is the discounted reward to the rollout's end (no bootstrap):
+    # rewards [1, 2, 3], gamma 0.5 -> [1 + 0.5 * 2 + 0.25 * 3, 2 + 0.5 * 3, 3] = [2.75, 3.5, 3].
+    rewards, zeros = torch.tensor([[1.0], [2.0], [3.0]]), torch.zeros(3, 1)
+    returns, advantages = compute_returns(rewards, zeros, zeros, torch.zeros(1), gamma=0.5, gae_lambda=1.0)
+    assert_close(advantages, torch.tensor([[2.75], [3.5], [3.0]]))
+    assert_close(returns, advantages)
+    before = params_copy(model)
+    stats = agent.update(batch)
+    assert "value" not in stats and stats["skipped"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_run_without_a_critic_trains_saves_plays_and_keeps_its_choice(tmp_path, one_line_error):
+    import glob
+
+    import main
+    from checkpoints import load_checkpoint
+
+    argv = ["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "4", "--no-critic", "--no-progress",
+            "--log-dir", str(tmp_path), "--no-cuda", "--threads", "1"]
+    assert main.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
+    last = load_checkpoint(f"{run_dir}/a2c_last")
+    assert last["model_spec"]["critic"] is False and "critic.weight" not in last["model"]
+    assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "1", "--no-cuda"]) == 0
+    message = one_line_error(["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--critic"])
+    assert "was saved with --critic false (another architecture); cannot use true" in message

@@ -40,8 +40,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def short_run(make_runner, run_dir, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
     config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
-                    **overrides)
-    runner = make_runner(config, run_dir, keep_graph=keep_graph)
+                    keep_graph=keep_graph, **overrides)
+    runner = make_runner(config, run_dir)
     runner.train()
     return runner.history
 
