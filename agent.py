@@ -274,14 +274,15 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                       device: torch.device | str = "cpu", continuous: bool = False) -> A2CAgent:
     """A fresh agent with the network and optimizer that ``config`` describes; ``continuous``:
     ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
+    speed, curiosity = config.speed, config.curiosity
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
-                        lstm_norm=config.lstm_norm, critic=config.critic,
-                        arch=config.arch, channels_last=config.channels_last, bf16=config.bf16).to(device)
+                        lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
+                        channels_last=speed.channels_last, bf16=speed.bf16,
+                        encoder_chunk=speed.encoder_chunk).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
-    curiosity = config.curiosity
     intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
-                    channels_last=config.channels_last,
+                    channels_last=speed.channels_last, encoder_chunk=speed.encoder_chunk,
                     forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
     return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
                     entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
@@ -290,11 +291,12 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                     normalize_intrinsic=curiosity.normalize)
 
 
-def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False) -> ActorCritic:
+def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False,
+               encoder_chunk: int = 0) -> ActorCritic:
     """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last);
-    ``bf16`` runs its encoder in bfloat16 (see ``ActorCritic``)."""
+    ``bf16`` and ``encoder_chunk`` are speed settings (see ``ActorCritic``)."""
     data = load_checkpoint(path)
-    model = ActorCritic(**data["model_spec"], bf16=bf16)
+    model = ActorCritic(**data["model_spec"], bf16=bf16, encoder_chunk=encoder_chunk)
     try:
         model.load_state_dict(data["model"])
     except RuntimeError:

@@ -50,6 +50,27 @@ class Curiosity:
 
 
 @dataclass
+class Speed:
+    """Settings that change how fast training runs, not what it computes (``--bf16`` aside, which
+    changes the arithmetic): each switches one trick, and docs/speed.md measures what each buys
+    (``bench/throughput.py --ablation``). The C++ env path is ``--vec-env ale``, an env setting."""
+    channels_last: bool = True
+    """Conv weights and activations in channels-last (NHWC) memory order: the same network, faster on the CPU."""
+    keep_graph: bool = True
+    """Train through the forward pass made while collecting the rollout, instead of running the
+    rollout through the network again in the update: the same numbers, one forward pass fewer."""
+    encoder_chunk: int = 16
+    """Frames per pass of the universe encoder on the CPU, whose first feature maps then stay nearer
+    the core's cache (0: a batch in one pass, as on a GPU): the same numbers."""
+    keep_freed_memory: bool = True
+    """Let glibc's malloc keep freed blocks for reuse instead of returning them to the system, so
+    activations do not fault in fresh pages at every update."""
+    bf16: bool = False
+    """Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses and optimizer stay
+    float32. Faster on hardware with bfloat16 arithmetic (AVX-512 BF16, AMX, recent GPUs); changes the arithmetic."""
+
+
+@dataclass
 class Config:
     # --- environment
     env_name: str = "PongNoFrameskip-v4"
@@ -119,16 +140,10 @@ class Config:
     # --- hardware
     cuda: bool = True
     """Train on the GPU when CUDA is available (else say so and use the CPU)."""
-    channels_last: bool = True
-    """Conv weights and activations in channels-last (NHWC) memory order: the same network, faster on the CPU."""
-    bf16: bool = False
-    """Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses and optimizer stay
-    float32. Training runs 1.1-1.2x as fast on a CPU with AVX-512 BF16; changes the arithmetic."""
     threads: int = 0
     """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
-    keep_graph: bool = True
-    """Train through the forward pass made while collecting the rollout, instead of running the
-    rollout through the network again in the update: the same numbers, faster (docs/speed.md)."""
+    speed: Speed = field(default_factory=Speed)
+    """How fast training runs (see :class:`Speed`)."""
 
     # --- logging and checkpoints
     log_dir: str = "runs"
@@ -175,11 +190,12 @@ class Config:
         return with_settings(cls(), {**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in flat.items() if k in known}})
 
 
-# The names the curiosity settings had when all settings were flat, as in configs saved then.
+# The names the settings of a block had when all settings were flat, as in configs saved then.
 FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "icm_beta": "curiosity.beta",
               "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
-              "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder"}
-BLOCKS = {"curiosity": Curiosity}  # settings grouped in a block of their own, by the field that holds it
+              "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
+              "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
+BLOCKS = {"curiosity": Curiosity, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
 def setting_names() -> list[str]:

@@ -57,12 +57,13 @@ class ICM(nn.Module):
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
-                 hidden_size: int = 256, channels_last: bool = False, forward_trains_phi: bool = True) -> None:
+                 hidden_size: int = 256, channels_last: bool = False, forward_trains_phi: bool = True,
+                 encoder_chunk: int = 0) -> None:
         super().__init__()
         self.forward_trains_phi = forward_trains_phi
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "hidden_size": int(hidden_size)}
         self.num_actions, self.eta, self.beta = num_actions, eta, beta
-        self.phi = ConvEncoder(obs_shape[0], channels_last)
+        self.phi = ConvEncoder(obs_shape[0], channels_last, encoder_chunk)
         if channels_last:
             self.phi.to(memory_format=torch.channels_last)
         features = self.phi.out_features

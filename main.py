@@ -82,9 +82,12 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--icm-forward-grad", "curiosity.forward_trains_encoder")
     flag("--max-skipped-updates", field="max_skipped_updates", type=positive_int, metavar="N")
     switch("--cuda", "cuda")
-    switch("--channels-last", "channels_last")
-    switch("--bf16", "bf16")
-    switch("--keep-graph", "keep_graph")
+    switch("--channels-last", "speed.channels_last")
+    switch("--keep-graph", "speed.keep_graph")
+    flag("--encoder-chunk", field="speed.encoder_chunk", type=_checked(int, "an integer >= 0", allow_zero=True),
+         metavar="N")
+    switch("--keep-freed-memory", "speed.keep_freed_memory")
+    switch("--bf16", "speed.bf16")
     flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")
@@ -179,14 +182,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 
 
 # ------------------------------------------------------------------------------------------------
-def pick_device(want_cuda: bool, threads: int = 0):
-    """The torch device to use, after setting the CPU thread count (0: torch's default) and
-    letting malloc keep freed activations for reuse (`perf.keep_freed_memory`, docs/speed.md)."""
+def pick_device(want_cuda: bool, threads: int = 0, keep_freed: bool = True):
+    """The torch device to use, after setting the CPU thread count (0: torch's default) and, with
+    ``keep_freed``, letting malloc keep freed activations for reuse (`perf.keep_freed_memory`)."""
     import torch
 
     from perf import keep_freed_memory
 
-    keep_freed_memory()
+    if keep_freed:
+        keep_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if want_cuda and torch.cuda.is_available():
@@ -291,8 +295,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
         run_dir = make_run_dir(config)
-    device = pick_device(config.cuda, config.threads)
-    if config.bf16 and not has_fast_bf16(device):
+    device = pick_device(config.cuda, config.threads, config.speed.keep_freed_memory)
+    if config.speed.bf16 and not has_fast_bf16(device):
         print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
               f"be slower, not faster", file=sys.stderr)
     seed_everything(config.seed)
@@ -369,7 +373,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
     num_envs = min(eval_envs or 8, episodes)
     seed = env_seed(config.seed, evaluation=True)
-    device = pick_device(config.cuda, config.threads)
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory)
     seed_everything(config.seed)
     # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
@@ -380,7 +384,8 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
             raise UsageError(f"checkpoint {load} has {checkpoint['model_spec']['num_actions']} actions (the action set "
                              f"it was trained on); {env_name} with --full-action-space has {num_actions}")
         check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, num_actions, env_name)
-        model = load_model(load, device, bf16=settings.bf16)  # the run's precision, unless --(no-)bf16 is typed
+        # The run's precision and encoder passes, unless --(no-)bf16 or --encoder-chunk is typed.
+        model = load_model(load, device, bf16=settings.speed.bf16, encoder_chunk=settings.speed.encoder_chunk)
         result = evaluate(model, envs, episodes, deterministic)
     finally:
         envs.close()

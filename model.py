@@ -32,15 +32,14 @@ class ConvEncoder(nn.Module):
     num_filters = 32
     grid = 3
     out_features = num_filters * grid * grid  # 288
-    # Frames per pass on the CPU (None: the whole batch at once). The first feature maps are
-    # 225 KB a frame; in passes of 16 frames they stay nearer the core's cache, and a forward and
-    # backward pass over 80 frames (a rollout through the curiosity encoder, say) runs 1.75x as
-    # fast as in one pass (bench/encoder_batch.py). On a GPU the whole batch goes at once.
-    cpu_chunk: int | None = 16
 
-    def __init__(self, in_channels: int, channels_last: bool = False) -> None:
+    def __init__(self, in_channels: int, channels_last: bool = False, cpu_chunk: int = 0) -> None:
         super().__init__()
         self.channels_last = channels_last
+        # A speed setting (Speed.encoder_chunk): on the CPU, batches go through in passes of this
+        # many frames (0: at once), so that the first feature maps (225 KB a frame) stay nearer
+        # the core's cache. Each frame is computed alone either way. On a GPU a batch goes at once.
+        self.cpu_chunk = cpu_chunk
         layers: list[nn.Module] = []
         channels = in_channels
         for _ in range(4):
@@ -51,7 +50,7 @@ class ConvEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         chunk = self.cpu_chunk
-        if chunk is not None and obs.device.type == "cpu" and obs.shape[0] > chunk:
+        if chunk and obs.device.type == "cpu" and obs.shape[0] > chunk:
             return torch.cat([self._encode(part) for part in obs.split(chunk)])
         return self._encode(obs)
 
@@ -111,7 +110,8 @@ class MLPEncoder(nn.Module):
         return self.layers(obs.to(torch.float32))
 
 
-def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False) -> nn.Module:
+def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False,
+                  cpu_chunk: int = 0) -> nn.Module:
     """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder, flat vectors
     ``[D]`` the :class:`MLPEncoder` (``arch`` names the conv encoder and only applies to images).
 
@@ -126,7 +126,7 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
         raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported "
                          "(images [C, H, W] and flat vectors [D] are)")
     if arch == "universe":
-        return ConvEncoder(obs_shape[0], channels_last)
+        return ConvEncoder(obs_shape[0], channels_last, cpu_chunk)
     return NatureEncoder(obs_shape, channels_last)
 
 
@@ -176,13 +176,16 @@ class ActorCritic(nn.Module):
     ``bf16`` runs the encoder under bfloat16 autocast: its convolutions and linear layers compute
     in bfloat16 (8 bits of mantissa) and hand float32 features on. The weights, the LSTM, the
     heads, the losses and the optimizer stay float32. This changes the arithmetic, unlike
-    channels-last. Neither setting is part of ``spec``: a checkpoint holds float32 weights either way.
+    channels-last. ``encoder_chunk`` is the universe encoder's passes on the CPU (see
+    :class:`ConvEncoder`). None of these is part of ``spec``: a checkpoint holds float32 weights
+    either way.
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int, recurrent: bool = True,
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
-                 continuous: bool = False, lstm_norm: bool = False, critic: bool = True) -> None:
+                 continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
+                 encoder_chunk: int = 0) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
@@ -194,7 +197,7 @@ class ActorCritic(nn.Module):
         self.recurrent = recurrent
         self.hidden_size = hidden_size
         self.bf16 = bf16
-        self.encoder = build_encoder(obs_shape, arch, channels_last)
+        self.encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk)
         features = self.encoder.out_features
         # Each frame's features to zero mean and unit spread (learned scale and shift) before the core.
         self.feature_norm = nn.LayerNorm(features) if feature_norm else None

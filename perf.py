@@ -1,11 +1,12 @@
-"""Speed settings that change how fast training runs, not what it computes, kept apart from the
-algorithm's code. Each is measured in docs/speed.md with the command that measures it.
+"""Speed code that is not part of any network or loop: the process's memory allocator
+(:func:`keep_freed_memory`) and the hardware check for bfloat16 (:func:`has_fast_bf16`).
 
-In this module: the process's memory allocator (:func:`keep_freed_memory`) and the hardware check
-for bfloat16 (:func:`has_fast_bf16`). Elsewhere, each behind its own switch: channels-last memory
-order (``--channels-last``), the bfloat16 encoder (``--bf16``, ``ActorCritic.casting_once``),
-the C++ env path (``--vec-env ale``), the encoder's passes of a few frames on the CPU
-(``ConvEncoder.cpu_chunk``) and training through the collected forward pass (``--keep-graph``).
+Every speed trick is switched by one setting of ``config.Speed`` (flags ``--channels-last``,
+``--keep-graph``, ``--encoder-chunk``, ``--keep-freed-memory``, ``--bf16``), and
+docs/speed.md measures what each buys with the command that measures it; the C++ env path is
+``--vec-env ale``. The code of the others stays where it acts: ``ConvEncoder`` (passes of a few
+frames), ``ActorCritic`` (channels-last, ``casting_once`` for bfloat16) and ``Runner``
+(training through the collected forward pass).
 """
 from __future__ import annotations
 

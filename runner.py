@@ -104,7 +104,7 @@ class Runner:
         """The rollout itself: ``rollout_size`` steps of every env, and the values to bootstrap from."""
         cfg, agent = self.config, self.agent
         for t in range(cfg.rollout_size):
-            if cfg.keep_graph:  # a speed setting: the update will train through this forward pass
+            if cfg.speed.keep_graph:  # a speed setting: the update will train through this forward pass
                 actions, log_probs, logits, values, next_state = agent.act_with_graph(
                     self.obs, self.recurrent_state, self.episode_starts)
                 storage.keep_outputs(logits, values)

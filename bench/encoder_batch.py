@@ -6,7 +6,7 @@ pass stream about 18 MB per layer through memory, forward and again backward. Pa
 frames keep them near the core's cache. This script times the forward and backward pass of the
 encoder (channels-last, as trained) over one rollout for several pass sizes, in turn, for
 ``--repeats`` rounds, and prints each median with its speed-up over the whole batch in one pass;
-``model.ConvEncoder.cpu_chunk`` is the size chosen from it. The Nature CNN is timed alongside
+``Speed.encoder_chunk`` (``--encoder-chunk``) is the size chosen from it. The Nature CNN is timed alongside
 for contrast (its first maps are 20x20, and it is not split).
 
 With ``--bf16``, each encoder is timed instead in float32 and under bfloat16 autocast, as
@@ -43,7 +43,7 @@ def time_pass(encoder: torch.nn.Module, frames: torch.Tensor, chunk: int | None,
     (split here, as ``ConvEncoder.forward`` splits them, with the encoder's own splitting off),
     under bfloat16 autocast with ``bf16`` (as ``ActorCritic.encode`` runs it): all passes in one
     autocast region with ``cast_once``, each in its own otherwise."""
-    ConvEncoder.cpu_chunk = None
+    encoder.cpu_chunk = 0
     tic = time.perf_counter()
     for _ in range(iterations):
         parts = [frames] if chunk is None else list(frames.split(chunk))

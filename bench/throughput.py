@@ -10,7 +10,7 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   (default ``ale``, ale-py's C++ vector env);
 * ``ours feed-forward (nature)``: the fast configuration, ``arch="nature", recurrent=False``,
   otherwise the same;
-* with ``--bf16``, each of ours again with its encoder in bfloat16 (``Config.bf16``), named
+* with ``--bf16``, each of ours again with its encoder in bfloat16 (``Speed.bf16``), named
   ``... bf16``: a setting that changes the arithmetic, so it is measured beside, not instead;
 * ``sb3``: stable-baselines3's A2C with the RL Zoo's Atari settings (``CnnPolicy``) on SB3's own
   env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``);
@@ -20,7 +20,7 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   ``recurrent, rollout run again`` (acting without gradients, then the whole rollout through
   the network again in the update, instead of training through the forward pass kept from
   collecting) and ``recurrent, none of them`` (all four removed, and the encoder taking the
-  update's 80 frames in one pass instead of in passes of ``ConvEncoder.cpu_chunk``: the
+  update's 80 frames in one pass instead of in passes of ``Speed.encoder_chunk``: the
   starting point before the speed work); and with ``--bf16`` each
   bfloat16 trainer of ours without its single cast a rollout, named ``..., a cast a pass`` (its
   encoder's weights cast to bfloat16 at every pass, as autocast does outside
@@ -84,9 +84,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from agent import agent_from_config  # noqa: E402
-from config import Config  # noqa: E402
+from config import Config, Speed  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
-from model import ConvEncoder  # noqa: E402
 from runner import Runner  # noqa: E402
 from perf import keep_freed_memory  # noqa: E402
 from utils import UsageError, seed_everything  # noqa: E402
@@ -121,9 +120,9 @@ def steps_per_update(num_envs: int, rollout_size: int = Config.rollout_size) -> 
 
 
 def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent: bool, seed: int = 0, *,
-               arch: str = Config.arch, channels_last: bool = Config.channels_last,
+               arch: str = Config.arch, channels_last: bool = Speed.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
-               bf16: bool = Config.bf16, cast_once: bool = True, lstm_norm: bool = Config.lstm_norm,
+               bf16: bool = Speed.bf16, cast_once: bool = True, lstm_norm: bool = Config.lstm_norm,
                core_skip: bool = Config.core_skip, device: str = "cpu") -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
@@ -137,11 +136,11 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     """
     if keep_freed:
         keep_freed_memory()
-    if not encoder_passes:
-        ConvEncoder.cpu_chunk = None  # this process runs only this trial
+    speed = Speed(channels_last=channels_last, keep_graph=keep_graph, bf16=bf16, keep_freed_memory=keep_freed,
+                  encoder_chunk=Speed.encoder_chunk if encoder_passes else 0)
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
-                        channels_last=channels_last, bf16=bf16, keep_graph=keep_graph, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
+                        speed=speed, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
@@ -205,8 +204,8 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
-    return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Config.channels_last,
-                keep_freed=True, encoder_passes=True, keep_graph=True, bf16=Config.bf16)
+    return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Speed.channels_last,
+                keep_freed=True, encoder_passes=True, keep_graph=True, bf16=Speed.bf16)
 
 
 def ours_setups(ours: str, vec_env: str, bf16: bool = False) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from stable_baselines3.common.monitor import Monitor
 import main as cli
 import utils
 from agent import agent_from_config, load_agent
-from config import Config
+from config import Config, Speed
 from envs import make_vec_env
 from metrics import Metrics
 from runner import Runner
@@ -167,7 +167,7 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
 @pytest.mark.parametrize("keep_graph", [True, False])
 def test_bootstrap_value_does_not_advance_the_recurrent_state(make_runner, tmp_path, keep_graph):
     config = Config(num_envs=2, rollout_size=5, num_updates=3, seed=11, tensorboard=False, progress=False,
-                    max_episode_frames=120, checkpoint_interval=10**6, keep_graph=keep_graph)
+                    max_episode_frames=120, checkpoint_interval=10**6, speed=Speed(keep_graph=keep_graph))
     runner = make_runner(config, tmp_path)
     name = "act_with_graph" if keep_graph else "act"
     act = getattr(runner.agent, name)

@@ -391,7 +391,7 @@ def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkey
     assert warned != hardware_bf16
     (name,) = os.listdir(tmp_path)
     saved = torch.load(tmp_path / name / "a2c_last", weights_only=True)
-    assert saved["config"]["bf16"] and all(w.dtype == torch.float32 for w in saved["model"].values()
+    assert saved["config"]["speed"]["bf16"] and all(w.dtype == torch.float32 for w in saved["model"].values()
                                            if w.is_floating_point())
 
 
@@ -425,3 +425,23 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
                 icm_normalize=False, icm_forward_grad=True)
     assert Config.from_dict(flat) == config
     assert cli._flag("curiosity.policy_weight") == "--icm-lambda"
+
+
+def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypatch):
+    import perf
+    from agent import agent_from_config
+    from config import Config, Speed
+
+    config, _, typed = cli.parse_args(["--no-keep-graph", "--encoder-chunk", "0", "--no-keep-freed-memory",
+                                       "--no-channels-last"])
+    assert config.speed == Speed(keep_graph=False, encoder_chunk=0, keep_freed_memory=False, channels_last=False)
+    assert typed == {"speed.keep_graph", "speed.encoder_chunk", "speed.keep_freed_memory", "speed.channels_last"}
+    assert Config.from_dict({"channels_last": False, "bf16": True}).speed == Speed(channels_last=False, bf16=True)
+    calls = []
+    monkeypatch.setattr(perf, "keep_freed_memory", lambda: calls.append(1) or True)
+    cli.pick_device(False, 0, keep_freed=False)
+    assert calls == []
+    cli.pick_device(False, 0, keep_freed=True)
+    assert calls == [1]
+    agent = agent_from_config(Config(speed=Speed(encoder_chunk=5)), (4, 84, 84), 6)
+    assert agent.model.encoder.cpu_chunk == 5

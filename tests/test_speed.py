@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import checkpoints
 from agent import agent_from_config, load_model
-from config import Config
+from config import Config, Speed
 from model import ActorCritic, ConvEncoder, NatureEncoder
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -38,9 +38,11 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def short_run(make_runner, run_dir, keep_graph: bool = True, **overrides) -> list[dict[str, float]]:
+def short_run(make_runner, run_dir, **overrides) -> list[dict[str, float]]:
+    """The stats of a 3-update run; ``overrides`` are settings of Config or of its Speed block."""
+    speed = Speed(**{name: overrides.pop(name) for name in list(overrides) if name in Speed.__dataclass_fields__})
     config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
-                    keep_graph=keep_graph, **overrides)
+                    speed=speed, **overrides)
     runner = make_runner(config, run_dir)
     runner.train()
     return runner.history
@@ -159,22 +161,13 @@ def test_keeping_freed_memory_keeps_a_freed_block_instead_of_returning_it_to_the
     assert all(float(mib) < 4 for mib in kept)  # kept in the heap for reuse, every time
 
 
-@pytest.fixture
-def cpu_chunk():
-    """Lets a test change ``ConvEncoder.cpu_chunk`` and puts the default back afterwards."""
-    default = ConvEncoder.cpu_chunk
-    yield
-    ConvEncoder.cpu_chunk = default
-
-
-@pytest.mark.usefixtures("cpu_chunk")
 def test_encoder_in_passes_gives_the_same_features_and_gradients():
     torch.manual_seed(0)
     encoder = ConvEncoder(4, channels_last=True).to(memory_format=torch.channels_last)
     obs = torch.randint(0, 256, (21, 4, 84, 84), dtype=torch.uint8)  # 8 + 8 + 5: a short last pass
     grads = []
-    for chunk in (None, 8):
-        ConvEncoder.cpu_chunk = chunk
+    for chunk in (0, 8):
+        encoder.cpu_chunk = chunk
         encoder.zero_grad()
         features = encoder(obs)
         (features * torch.linspace(-1, 1, features.shape[1])).sum().backward()
@@ -185,12 +178,10 @@ def test_encoder_in_passes_gives_the_same_features_and_gradients():
         assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.usefixtures("cpu_chunk")
 def test_encoder_in_passes_trains_the_same(make_runner, tmp_path):
-    ConvEncoder.cpu_chunk = None
-    whole = short_run(make_runner, tmp_path / "whole")
-    ConvEncoder.cpu_chunk = 3  # 2 envs x 5 steps = 10 frames: passes of 3, 3, 3 and 1
-    split = short_run(make_runner, tmp_path / "split")
+    whole = short_run(make_runner, tmp_path / "whole", encoder_chunk=0, keep_graph=False)
+    # The rollout run again in the update: 2 envs x 5 steps = 10 frames, in passes of 3, 3, 3 and 1.
+    split = short_run(make_runner, tmp_path / "split", encoder_chunk=3, keep_graph=False)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
         assert_close(torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]),
                      rtol=1e-3, atol=1e-6, msg=key)
@@ -313,7 +304,7 @@ def test_bf16_training_stays_near_float32_and_saves_float32_weights(make_runner,
     # On SB3's wrappers: the rollout the tolerances below were set on.
     plain = short_run(make_runner, tmp_path / "plain", arch="nature", recurrent=False, vec_env="dummy")
     config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
-                    arch="nature", recurrent=False, bf16=True, vec_env="dummy")
+                    arch="nature", recurrent=False, speed=Speed(bf16=True), vec_env="dummy")
     runner = make_runner(config, tmp_path / "fast")
     assert runner.agent.model.bf16
     runner.train()
