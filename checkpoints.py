@@ -11,6 +11,7 @@ A checkpoint is a dict of tensors and plain values::
     intrinsic, intrinsic_std       } continue exactly where the run stopped; intrinsic* only
     episode_returns, episode_count } with curiosity
     rng
+    obs_normalizer, reward_normalizer   running mean, var and count, with --normalize-obs / --normalize-reward
 
 A run writes ``a2c_last`` (full) every ``checkpoint_interval`` updates and on the way out, and
 keeps three weights-only files by their rules (see :class:`Checkpoints`).
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -108,13 +109,15 @@ class Checkpoints:
     judged on the main process's own numbers.
     """
 
-    def __init__(self, run_dir: str, agent: Any, config: Any, enabled: bool = True) -> None:
+    def __init__(self, run_dir: str, agent: Any, config: Any, enabled: bool = True,
+                 normalizer: Callable[[], dict[str, Any]] = dict) -> None:
         self.run_dir, self.agent, self.config, self.enabled = run_dir, agent, config, enabled
+        self.normalizer = normalizer  # the observation and reward statistics (normalize.state), if any
 
     def to_dict(self, state: TrainingState, full: bool = True) -> dict[str, Any]:
         """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
         data = {"format": CHECKPOINT_FORMAT, **self.agent.state(full), "env_name": self.config.env_name,
-                "config": self.config.to_dict(), **state.to_dict(full)}
+                "config": self.config.to_dict(), **state.to_dict(full), **self.normalizer()}
         if full:
             data["rng"] = rng_state()
         return data

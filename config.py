@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
+RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
 SEED_LIMIT = 2**30
@@ -86,6 +87,16 @@ class Config:
     env, otherwise all in this process."""
     max_episode_frames: Optional[int] = None
     """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
+    randomize_domain: bool = False
+    """Each env plays with physics of its own, drawn from the seed (LunarLander: gravity, wind,
+    turbulence; CartPole: gravity, pole mass and length; see randomize.py)."""
+    randomize_every: str = "episode"
+    """With --randomize-domain: episode draws new physics at every reset; never keeps each env's first draw."""
+    normalize_obs: bool = False
+    """Vector observations minus their running mean, over their running std, clipped to +-10 (the
+    statistics are saved in checkpoints and frozen in evaluation)."""
+    normalize_reward: bool = False
+    """Rewards over the running std of the discounted return, clipped to +-10 (logged returns stay raw)."""
     seed: int = 42
     """Seeds torch, numpy, Python's random and the envs (env i gets seed + i); from 0 to 2**30 - 1."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import ale_py
 import gymnasium as gym
@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from ale_vec_env import AleVecEnv
 from gym_vec_env import GymVecEnv
+from randomize import physics_wrapper
 from utils import UsageError
 
 gym.register_envs(ale_py)
@@ -117,7 +118,9 @@ def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
 
 def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "ale",
                  max_episode_frames: int | None = None,
-                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None) -> VecEnv:
+                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
+                 randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
+                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
     An Atari game gives frame-stacked images ``[num_envs, n_stack, 84, 84]`` uint8; ``vec_env``
@@ -129,19 +132,26 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
 
     Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
     (Atari) or steps (other envs): a time-limit truncation, reported with ``info["TimeLimit.truncated"]``.
+
+    Physics (non-Atari envs that ``randomize.py`` knows): ``randomize`` draws each env's physics
+    from the seed, afresh at every reset (``"episode"``) or once (``"never"``); ``physics`` gives
+    every env the same (a cell of an evaluation grid). ``wrap(i, env)`` wraps env i further
+    (e.g. a video recorder), outside its physics.
     """
     check_env_id(env_name)
     if not _is_atari(env_name):
         mode = "async" if vec_env in ("subproc", "async") else "sync"
-        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames)
+        if randomize is not None or physics is not None:
+            wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap)
+        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap)
         try:
             _check_spaces(env_name, venv.observation_space, venv.action_space)
         except UsageError:
             venv.close()
             raise
         return venv
-    if env_kwargs is not None:
-        raise UsageError("per-env keyword arguments are for non-Atari envs")
+    if env_kwargs is not None or randomize is not None or physics is not None or wrap is not None:
+        raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
         return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames)

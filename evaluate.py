@@ -38,6 +38,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from ale_vec_env import AleVecEnv
 from model import ActorCritic
+from normalize import copy_obs_stats, normalized
 from utils import UsageError, atomic_write, frame_cap, probe_writable
 
 PROTOCOLS = ("classic", "machado")
@@ -158,13 +159,19 @@ class PeriodicEvaluator:
     """
 
     def __init__(self, env_name: str, episodes: int, seed: int, n_stack: int = 4, num_envs: Optional[int] = None,
-                 max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> None:
+                 max_episode_frames: Optional[int] = None, vec_env: str = "dummy",
+                 obs_stats_from: Optional[VecEnv] = None) -> None:
         self.episodes = episodes
         self.generator = torch.Generator().manual_seed(seed)
         self.envs = make_eval_envs(env_name, num_envs or min(episodes, 8), seed, "classic", n_stack,
                                    max_episode_frames=max_episode_frames, vec_env=vec_env)
+        # With --normalize-obs: the training envs, whose statistics each evaluation plays with, frozen.
+        self.obs_stats_from = obs_stats_from
+        self.envs = normalized(self.envs, obs_stats_from is not None, False, training=False)
 
     def __call__(self, model: ActorCritic) -> list[float]:
+        if self.obs_stats_from is not None:
+            copy_obs_stats(self.obs_stats_from, self.envs)
         device = next(model.parameters()).device
         if self.generator.device != device:  # the first call on a GPU: the same stream, on its device
             self.generator = torch.Generator(device).manual_seed(self.generator.initial_seed())

@@ -35,6 +35,15 @@ def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[i
     return RecordEpisodeStatistics(env if wrap is None else wrap(rank, env))
 
 
+def _physics_of(info: dict[str, Any], i: int) -> dict[str, Any]:
+    """``{"physics": {name: value}}`` of env i from a vector env's info (after a reset of env i,
+    when its physics are randomized: see ``randomize.py``), or ``{}``."""
+    physics = info.get("physics")
+    if physics is None or not info.get("_physics", np.ones(i + 1, bool))[i]:
+        return {}
+    return {"physics": {name: values[i].item() for name, values in physics.items() if not name.startswith("_")}}
+
+
 class GymVecEnv(VecEnv):
     """``num_envs`` copies of a gymnasium env; env i is seeded with ``seed + i`` at the first reset
     and built with ``env_kwargs[i]`` (per-env keyword arguments of ``gym.make``, e.g. physics).
@@ -70,7 +79,8 @@ class GymVecEnv(VecEnv):
         """First call: env i reset with seed ``seed + i``; later calls continue each env's own stream."""
         seeds = [self.seed_base + i for i in range(self.num_envs)] if not self._seeded else None
         self._seeded = True
-        obs, _ = self.envs.reset(seed=seeds)
+        obs, info = self.envs.reset(seed=seeds)
+        self.reset_infos = [_physics_of(info, i) for i in range(self.num_envs)]
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -88,6 +98,7 @@ class GymVecEnv(VecEnv):
         final_obs = info.get("final_obs")
         episode = info.get("final_info", {}).get("episode")
         for i in np.flatnonzero(dones):
+            infos[i].update(_physics_of(info, i))  # the next episode's, with its first observation
             infos[i]["terminal_observation"] = final_obs[i]
             infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
             if episode is not None and episode["_r"][i]:

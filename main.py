@@ -14,17 +14,18 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import (ARCHS, OPTIMIZERS, SEED_LIMIT, Config, env_seed, field_doc, get_setting, setting_names,
+from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, env_seed, field_doc, get_setting, setting_names,
                     with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "critic", "seed",
-                "optimizer", "log_dir", "curiosity.enabled", "curiosity.normalize"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip",
+                "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir", "curiosity.enabled",
+                "curiosity.normalize"}
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
-EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video")
+EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip", "lstm_norm", "critic", "n_stack")
 
@@ -55,6 +56,10 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc", "sync", "async"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
+    switch("--randomize-domain", "randomize_domain")
+    flag("--randomize-every", field="randomize_every", choices=list(RANDOMIZE_EVERY))
+    switch("--normalize-obs", "normalize_obs")
+    switch("--normalize-reward", "normalize_reward")
     flag("--seed", field="seed", type=parse_seed)
     flag("--arch", field="arch", choices=list(ARCHS))
     switch("--recurrent", "recurrent")
@@ -128,11 +133,16 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
                       help="with --eval, write the scores and statistics to this JSON file")
     mode.add_argument("--video", metavar="DIR", default=None if with_defaults else argparse.SUPPRESS,
                       help="with --eval, record each game's screen as an .mp4 into this directory")
+    mode.add_argument("--physics-grid", action="store_true", default=False if with_defaults else argparse.SUPPRESS,
+                      help="with --eval, play --episodes episodes in every cell of a grid of physics (LunarLander: "
+                           "gravity x wind power; CartPole: gravity x pole length) and write the mean returns as a "
+                           "table (--json, default CHECKPOINT_physics_grid.json) and a heat map (--out, default "
+                           "CHECKPOINT_physics_grid.png)")
     mode.add_argument("--plot", nargs="+", metavar="RUN_DIR", default=None if with_defaults else argparse.SUPPRESS,
                       help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
                            "variance, gradient norm against env steps) into one image (--out)")
     mode.add_argument("--out", metavar="FILE.png", default="plot.png" if with_defaults else argparse.SUPPRESS,
-                      help="image written by --plot")
+                      help="image written by --plot (or by --eval --physics-grid)")
     return p
 
 
@@ -278,7 +288,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from evaluate import PeriodicEvaluator
     from checkpoints import TrainingState, catch_up_bests, restore
     from runner import Runner, save_settings
+    from normalize import load as load_normalizer, normalized
     from perf import has_fast_bf16
+    from randomize import check_randomizable
     from utils import UsageError, probe_writable, seed_everything
 
     if checkpoint is not None:
@@ -294,6 +306,11 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if not is_atari(config.env_name):
             if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
+        elif config.normalize_obs or config.normalize_reward:
+            raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
+                             f"of {config.env_name}")
+        if config.randomize_domain:
+            check_randomizable(config.env_name)
         run_dir = make_run_dir(config)
     device = pick_device(config.cuda, config.threads, config.speed.keep_freed_memory)
     if config.speed.bf16 and not has_fast_bf16(device):
@@ -304,7 +321,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
     first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
-                        config.max_episode_frames)
+                        config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None)
+    envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
         obs_shape, (num_actions, continuous) = envs.observation_space.shape, action_size(envs.action_space)
@@ -313,6 +331,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if checkpoint is not None:
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
             state = restore(checkpoint, agent, resume)
+            load_normalizer(envs, checkpoint)
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
@@ -326,7 +345,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, max_episode_frames=config.max_episode_frames,
-                                          vec_env=config.vec_env)
+                                          vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
         runner = Runner(agent, envs, config, run_dir, state, writer, evaluator)
         final = runner.train()
         if writer is not None:
@@ -357,6 +376,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     from envs import action_size, is_atari
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
     from checkpoints import load_checkpoint
+    from normalize import load as load_normalizer, normalized
     from utils import UsageError, probe_writable, seed_everything
 
     checkpoint = load_checkpoint(load)
@@ -378,6 +398,9 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
                           episode_shares(episodes, num_envs), max_frames, vec_env=settings.vec_env)
+    # The observation statistics the agent was saved with, frozen.
+    envs = normalized(envs, settings.normalize_obs, False, training=False)
+    load_normalizer(envs, checkpoint)
     try:
         num_actions, _ = action_size(envs.action_space)
         if full_action_space and checkpoint["model_spec"]["num_actions"] != num_actions:
@@ -399,6 +422,45 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
                     "eval_envs": num_envs, "seed": seed,
                     "vec_env": ("dummy" if is_atari(env_name) else "sync") if video_dir else settings.vec_env,
                     "video_dir": os.path.abspath(video_dir) if video_dir else None, **result.to_dict()}, json_path)
+    return 0
+
+
+def play_grid(config: Config, typed: set[str], load: str, episodes: int, *, deterministic: bool = False,
+              json_path: Optional[str] = None, out: Optional[str] = None, eval_envs: Optional[int] = None) -> int:
+    """Play the agent saved at ``load`` over its env's grid of physics (``physics_grid.py``); write
+    the table (JSON) and the heat map (PNG), by default beside the checkpoint."""
+    from agent import load_model
+    from checkpoints import load_checkpoint
+    from evaluate import write_json
+    from physics_grid import draw_heatmaps, evaluate_grid
+    from randomize import check_randomizable
+    from utils import UsageError, probe_writable, seed_everything
+
+    checkpoint = load_checkpoint(load)
+    env_name = checkpoint["env_name"]
+    check_randomizable(env_name, "--physics-grid")
+    settings = settings_from_checkpoint(checkpoint, load, config, typed, allowed=set(typed) - set(ARCHITECTURE))
+    json_path = json_path or f"{load}_physics_grid.json"
+    out = out or f"{load}_physics_grid.png"
+    for path in (json_path, out):
+        try:
+            probe_writable(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
+            raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory)
+    seed_everything(config.seed)
+    model = load_model(load, device)
+    max_steps = config.max_episode_frames if "max_episode_frames" in typed else None
+    grid = evaluate_grid(model, env_name, episodes, env_seed(config.seed, evaluation=True), checkpoint=checkpoint,
+                         normalize_obs=settings.normalize_obs, deterministic=deterministic, num_envs=eval_envs,
+                         max_episode_steps=max_steps)
+    grid["checkpoint"] = os.path.abspath(load)
+    write_json(grid, json_path)
+    draw_heatmaps([grid], [f"{env_name}: {os.path.basename(load)}, {episodes} episodes a cell"], out)
+    worst = min(grid["cells"], key=lambda cell: cell["mean"])
+    best = max(grid["cells"], key=lambda cell: cell["mean"])
+    print(f"{len(grid['cells'])} cells: mean return {sum(c['mean'] for c in grid['cells']) / len(grid['cells']):.2f}; "
+          f"worst {worst['mean']:.2f}, best {best['mean']:.2f}; wrote {json_path}, {out}")
     return 0
 
 
@@ -424,11 +486,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.plot:
             return plot(args.plot, args.out)
-        if "out" in args.typed:
-            raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...]")
+        if "out" in args.typed and not (args.eval and args.physics_grid):
+            raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...] and --eval --physics-grid")
         if args.eval:
             if args.load is None:
                 raise UsageError("--eval needs --load PATH (a checkpoint to play)")
+            if args.physics_grid:
+                return play_grid(config, typed, args.load, args.episodes, deterministic=args.deterministic,
+                                 json_path=args.json, out=args.out if "out" in args.typed else None,
+                                 eval_envs=args.eval_envs)
             return play(config, typed, args.load, args.episodes, deterministic=args.deterministic,
                         protocol=args.protocol, full_action_space=args.full_action_space, eval_envs=args.eval_envs,
                         json_path=args.json, video_dir=args.video)

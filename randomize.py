@@ -32,6 +32,7 @@ evaluation grid).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -129,10 +130,10 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def check_randomizable(env_id: str) -> None:
+def check_randomizable(env_id: str, flag: str = "--randomize-domain") -> None:
     """Raise `UsageError` (one line, naming the envs it knows) unless `env_id` is in :data:`FAMILIES`."""
     if env_id not in FAMILIES:
-        raise UsageError(f"--randomize-domain knows {', '.join(FAMILIES)}; not {env_id}")
+        raise UsageError(f"{flag} knows {', '.join(FAMILIES)}; not {env_id}")
 
 
 def _family(env_id: str) -> Family:
@@ -228,3 +229,27 @@ def cell_kwargs(env_id: str, **values: Value) -> dict[str, Value]:
     if missing:
         raise UsageError(f"a {env_id} grid cell needs {', '.join(missing)}")
     return {name: physics[name] for name in family.ranges}
+
+
+def physics_wrapper(env_id: str, seed: int, every: str = "episode", fixed: Optional[dict[str, Value]] = None,
+                    outer: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> Callable[[int, gym.Env], gym.Env]:
+    """``wrap(i, env)`` for a vector env (``gym_vec_env.GymVecEnv``): env i with its physics.
+
+    ``fixed``: every env plays those physics (a grid cell). Otherwise ``every="episode"`` draws
+    env i's physics at every reset (its stream seeded by the reset seed the vector env gives it,
+    ``seed + i``), ``every="never"`` gives env i the i-th draw of :func:`initial_kwargs`, for good.
+    ``outer(i, env)``, when given, wraps the result. Picklable, for worker processes.
+    """
+    check_randomizable(env_id)
+    return functools.partial(_with_physics, env_id=env_id, seed=seed, every=every, fixed=fixed, outer=outer)
+
+
+def _with_physics(i: int, env: gym.Env, *, env_id: str, seed: int, every: str,
+                  fixed: Optional[dict[str, Value]], outer: Optional[Callable[[int, gym.Env], gym.Env]]) -> gym.Env:
+    if fixed is not None:
+        env = FixedPhysics(env, env_id, fixed)
+    elif every == "never":
+        env = FixedPhysics(env, env_id, initial_kwargs(env_id, i + 1, seed)[i])
+    else:
+        env = RandomizedPhysics(env, env_id, seed + i)
+    return outer(i, env) if outer is not None else env

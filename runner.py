@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
+import normalize
 from agent import A2CAgent
 from checkpoints import Checkpoints, TrainingState
 from config import Config
@@ -56,7 +57,8 @@ class Runner:
         self.evaluator = evaluator
         self.device = agent.device
         self.state = state or TrainingState()
-        self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main)
+        self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
+                                       normalizer=lambda: normalize.state(envs))
         self.context = context
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
@@ -66,6 +68,8 @@ class Runner:
         self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=obs_dtype,
                                     pin_memory=True) if self.device.type == "cuda" else None
         self.obs = self._to_tensor(envs.reset())
+        # Physics drawn for episodes since the last histograms (with --randomize-domain).
+        self.drawn_physics = [info["physics"] for info in getattr(envs, "reset_infos", []) if "physics" in info]
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop = StopSignals()
         self.stop_reason = ""
@@ -139,6 +143,8 @@ class Runner:
         """Raw full-game episode returns (from the Monitor), logged at the env step they ended."""
         step = self.state.step + (t + 1) * self.config.num_envs
         for i, info in enumerate(infos):
+            if "physics" in info:
+                self.drawn_physics.append(info["physics"])
             episode = info.get("episode")
             if episode is None:
                 continue
@@ -222,6 +228,7 @@ class Runner:
                     if st.update % cfg.histogram_interval == 0:
                         for name in ("advantages", "values", "returns"):
                             metrics.histogram(f"rollout/{name}", getattr(batch, name), st.step)
+                        self._log_physics()
                     if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
                         self.evaluate()
                     if st.update % cfg.checkpoint_interval == 0:
@@ -236,6 +243,16 @@ class Runner:
         if self.stop.requested and not self.stop_reason:
             self.stop_reason = self.stop.reason
         return st
+
+    def _log_physics(self) -> None:
+        """``physics/<name>``: histograms of the physics drawn for the episodes begun since the last
+        ones (``--randomize-domain``; a switch such as LunarLander's wind as 0 or 1)."""
+        if not self.drawn_physics:
+            return
+        for name in self.drawn_physics[0]:
+            values = torch.tensor([float(p[name]) for p in self.drawn_physics])
+            self.metrics.histogram(f"physics/{name}", values, self.state.step)
+        self.drawn_physics = []
 
     def _log_core_health(self) -> None:
         """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
