@@ -71,7 +71,8 @@ def draw_heatmaps(grids: Sequence[dict[str, Any]], titles: Sequence[str], path: 
 
     tables = list(tables) if tables is not None else [mean_table(g) for g in grids]
     low, high = min(float(np.nanmin(t)) for t in tables), max(float(np.nanmax(t)) for t in tables)
-    fig, panels = plt.subplots(1, len(tables), figsize=(4.2 * len(tables) + 1, 4), squeeze=False)
+    fig, panels = plt.subplots(1, len(tables), figsize=(4.2 * len(tables) + 1, 4), squeeze=False,
+                               layout="constrained")
     image = None
     for panel, grid, table, title in zip(panels[0], grids, tables, titles):
         (first, rows), (second, columns) = grid["axes"].items()
