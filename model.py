@@ -185,14 +185,14 @@ class ActorCritic(nn.Module):
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
                  continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
-                 encoder_chunk: int = 0) -> None:
+                 separate_critic: bool = False, encoder_chunk: int = 0) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
                      "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
                      "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent),
-                     "critic": bool(critic)}
+                     "critic": bool(critic), "separate_critic": bool(separate_critic and critic)}
         self.continuous = bool(continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
@@ -213,8 +213,14 @@ class ActorCritic(nn.Module):
         # deviation is learned apart from the state, starting at 0 (std 1).
         self.actor = nn.Linear(features, num_actions)
         self.log_std = nn.Parameter(torch.zeros(num_actions)) if self.continuous else None
-        # Without a critic there is no value head: every value is 0 (see values()).
-        self.critic = nn.Linear(features, 1) if critic else None
+        # Without a critic there is no value head: every value is 0 (see values()). With
+        # separate_critic the critic reads the observation through an encoder of its own (as the
+        # actor and critic of SB3's and CleanRL's agents for control envs), so that its loss, on the
+        # scale of the returns, does not shape the actor's features.
+        self.critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk) \
+            if critic and separate_critic else None
+        critic_features = self.critic_encoder.out_features if self.critic_encoder is not None else features
+        self.critic = nn.Linear(critic_features, 1) if critic else None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -248,11 +254,14 @@ class ActorCritic(nn.Module):
         """The most probable action: the largest logit, or the Gaussian's mean."""
         return actor_out if self.continuous else actor_out.argmax(dim=-1)
 
-    def values(self, out: torch.Tensor) -> torch.Tensor:
-        """The critic's values ``[...]`` of the core's output ``[..., F]``. A network without a
-        critic values every state at 0: the return is then its own advantage (no baseline)."""
+    def values(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's values ``[...]`` of the core's output ``[..., F]`` (or, with a critic of its
+        own, of the observations ``[..., D]``). A network without a critic values every state at
+        0: the return is then its own advantage (no baseline)."""
         if self.critic is None:
             return out.new_zeros(out.shape[:-1])
+        if self.critic_encoder is not None:
+            out = self.critic_encoder(obs)
         return self.critic(out).squeeze(-1)
 
     def initial_state(self, num_envs: int, device: torch.device | str = "cpu") -> State:
@@ -301,7 +310,7 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
         out, state = self._core(self.encode(obs), state, episode_starts)
-        return self.actor(out), self.values(out), state
+        return self.actor(out), self.values(out, obs), state
 
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
@@ -336,7 +345,7 @@ class ActorCritic(nn.Module):
         core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
         health["output_std"] = float(core.std(0).mean())
         if self.critic is not None:
-            health["value_std"] = float(self.values(out).std())
+            health["value_std"] = float(self.values(out, obs).std())
         return health
 
     def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
@@ -356,4 +365,4 @@ class ActorCritic(nn.Module):
             core = torch.stack(outputs)
         else:
             core = features
-        return self.actor(core), self.values(core), state
+        return self.actor(core), self.values(core, obs), state
