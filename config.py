@@ -19,6 +19,23 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation envs play games apart from the traini
 RESUME_SEED_STRIDE = 7919  # a resumed run's envs move this far past the seed per update already done
 
 
+# Settings that differ from the defaults (Atari's) for other envs, as the RL Zoo's hyperparameter
+# table for A2C: any env with a vector observation gets VECTOR_DEFAULTS, and an id listed in
+# ENV_DEFAULTS its own on top. A typed flag always wins; a run's config.json holds what it ran with.
+VECTOR_DEFAULTS: dict[str, Any] = {"recurrent": False, "num_envs": 8, "num_updates": 25_000}
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The RL Zoo's A2C on CartPole-v1 (n_envs 8, ent_coef 0) and LunarLander-v2 (n_envs 8, gamma
+    # 0.995, learning rate 8.3e-4 decayed linearly to 0, ent_coef 1e-5); 25,000 updates are 1M env steps.
+    "CartPole-v1": {"entropy_coeff": 0.0},
+    "LunarLander-v3": {"gamma": 0.995, "lr": 8.3e-4, "lr_schedule": "linear", "entropy_coeff": 1e-5},
+}
+
+
+def defaults_for(env_name: str, vector: bool) -> dict[str, Any]:
+    """The settings in which ``env_name`` departs from the Atari defaults (empty for Atari games)."""
+    return {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
+
+
 def env_seed(seed: int, *, update: int = 0, evaluation: bool = False) -> int:
     """The seed of env 0 of a vector (env i gets this + i); every env seed of a run comes from here.
 

@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, env_seed, field_doc, get_setting, setting_names,
-                    with_settings)
+from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, env_seed, field_doc,
+                    get_setting, setting_names, with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
@@ -267,6 +267,15 @@ def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Conf
     return with_settings(saved, changes)
 
 
+def with_env_defaults(config: Config, typed: set[str]) -> Config:
+    """``config`` with the defaults of its env's family (``config.defaults_for``) for every setting not typed."""
+    from envs import check_env_id, is_atari
+
+    check_env_id(config.env_name)
+    family = defaults_for(config.env_name, vector=not is_atari(config.env_name))
+    return with_settings(config, {name: value for name, value in family.items() if name not in typed})
+
+
 def _flag(name: str) -> str:
     """The flag that sets setting ``name``."""
     if not FLAG_OF:
@@ -511,7 +520,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             checkpoint = load_checkpoint(args.resume)
             config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
             return train(config, args.resume, checkpoint)
-        return train(config)
+        return train(with_env_defaults(config, typed))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

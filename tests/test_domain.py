@@ -184,3 +184,18 @@ def test_the_grid_comparison_bench_tables_each_configuration_over_its_seeds(tmp_
     plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
     assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------------------------------------ defaults
+def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
+    from config import Config
+
+    config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
+    lander = main.with_env_defaults(config, typed)
+    assert (lander.recurrent, lander.num_envs, lander.gamma, lander.lr, lander.lr_schedule, lander.entropy_coeff,
+            lander.num_updates) == (False, 4, 0.995, 8.3e-4, "linear", 1e-5, 25_000)
+    config, _, typed = main.parse_args(["--env-name", "CartPole-v1", "--recurrent"])
+    cartpole = main.with_env_defaults(config, typed)
+    assert (cartpole.recurrent, cartpole.num_envs, cartpole.entropy_coeff, cartpole.gamma) == (True, 8, 0.0, 0.99)
+    config, _, typed = main.parse_args(["--env-name", "PongNoFrameskip-v4"])
+    assert main.with_env_defaults(config, typed) == Config()
