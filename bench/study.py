@@ -144,10 +144,11 @@ def check_flags(flags: Sequence[str]) -> None:
         raise ValueError("--no-tensorboard leaves the report nothing to read")
 
 
-def updates_for(steps: int, flags: Sequence[str]) -> int:
+def updates_for(steps: int, flags: Sequence[str], env_name: str = "PongNoFrameskip-v4") -> int:
     """``main.py --num-updates`` for a budget of ``steps`` env steps: ``ceil(steps / (num_envs * rollout_size))``,
-    both taken from ``flags`` (the last one given wins, as in main.py) or main.py's defaults."""
-    settings = train_settings(flags)
+    both taken from ``flags`` (the last one given wins, as in main.py) or main.py's defaults for ``env_name``."""
+    config, _, typed = train_cli.parse_args(["--env-name", env_name, *flags])
+    settings = train_cli.with_env_defaults(config, typed)
     return max(1, math.ceil(steps / (settings.num_envs * settings.rollout_size)))
 
 
@@ -600,7 +601,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             check_flags(flags)
         except ValueError as exc:
             p.error(f"configuration {name}: {exc}")
-        updates = updates_for(args.steps, flags)
+        updates = updates_for(args.steps, flags, args.env_name)
         runs += [Run(name, seed, flags, own, updates, os.path.join(args.log_dir, run_name(name, seed)), order)
                  for seed in seeds]
     try:

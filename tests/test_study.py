@@ -85,6 +85,7 @@ def test_updates_cover_the_step_budget_with_main_py_s_envs_and_rollout_length():
     assert study.updates_for(40, ["--num-envs", "2"]) == 4
     assert study.updates_for(41, ["--num-envs", "2"]) == 5
     assert study.updates_for(1, []) == 1
+    assert study.updates_for(1_000_000, [], "CartPole-v1") == 25_000  # its own default: 8 envs x 5 steps
 
 
 def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_flags_last():
