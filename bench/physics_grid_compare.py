@@ -84,7 +84,7 @@ def main() -> int:
 
     lines = [f"Each run's `{args.checkpoint}` over the physics grid, {args.episodes} episodes a cell "
              f"(`python bench/physics_grid_compare.py --log-dir {args.log_dir} --configs {' '.join(args.configs)} "
-             f"--episodes {args.episodes}`).", "",
+             f"--checkpoint {args.checkpoint} --episodes {args.episodes}`).", "",
              f"| configuration | seeds | mean return over the cells | worst cell | cells at {args.solved:g} or more |",
              "|---|---|---|---|---|"]
     tables, grids = [], []
