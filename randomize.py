@@ -4,9 +4,8 @@ One table, :data:`FAMILIES`, says for each env id which physics values are drawn
 range, and how they are put into an env. Two ways to use it:
 
 * ``--randomize-every never`` (the tutorial's way): :func:`initial_kwargs` draws each env's physics
-  once from the run's seed. For LunarLander these dicts are ``gym.make`` keyword arguments; CartPole's
-  constructor takes no physics, so there they go in through :class:`FixedPhysics`
-  (``FAMILIES[env_id].make_kwargs`` says which).
+  once from the run's seed, and :class:`FixedPhysics` puts them into the env at every reset
+  (CartPole's constructor takes no physics, so ``gym.make`` keyword arguments would not do).
 * ``--randomize-every episode``: :class:`RandomizedPhysics` draws new physics at every reset, so a
   few envs do not overfit a few fixed physics.
 
@@ -78,12 +77,10 @@ class Family:
 
     ``ranges``: name -> distribution (the names are attributes of ``env.unwrapped``).
     ``apply(unwrapped_env, physics)``: puts the values into the env (before a reset).
-    ``make_kwargs``: the names are also ``gym.make`` keyword arguments.
     ``grid``: evaluation axes (name -> values); ``grid_fixed``: every other value in each cell.
     """
     ranges: dict[str, Union[Uniform, Coin]]
     apply: Callable[[gym.Env, dict[str, Value]], None]
-    make_kwargs: bool
     grid: dict[str, tuple[Value, ...]]
     grid_fixed: dict[str, Value] = field(default_factory=dict)
 
@@ -106,7 +103,6 @@ _LUNAR_LANDER = Family(
     ranges={"gravity": Uniform(-11.99, -0.01), "enable_wind": Coin(),
             "wind_power": Uniform(0.0, 20.0), "turbulence_power": Uniform(0.0, 2.0)},
     apply=_set_attributes,
-    make_kwargs=True,
     grid={"gravity": (-11.0, -9.0, -7.0, -5.0, -3.0, -1.0), "wind_power": (0.0, 5.0, 10.0, 15.0, 20.0)},
     grid_fixed={"enable_wind": True, "turbulence_power": 0.0},
 )
@@ -118,7 +114,6 @@ _LUNAR_LANDER = Family(
 _CARTPOLE = Family(
     ranges={"gravity": Uniform(5.0, 15.0), "masspole": Uniform(0.05, 0.5), "length": Uniform(0.25, 1.0)},
     apply=_apply_cartpole,
-    make_kwargs=False,
     grid={"gravity": (5.0, 7.5, 10.0, 12.5, 15.0), "length": (0.25, 0.5, 0.75, 1.0)},
     grid_fixed={"masspole": 0.1},
 )
@@ -158,8 +153,7 @@ def apply(env: gym.Env, env_id: str, physics: dict[str, Value]) -> None:
 def initial_kwargs(env_id: str, num_envs: int, seed: int) -> list[dict[str, Value]]:
     """Each env's physics, drawn once and reproducibly from `seed` (env i's differ from env j's).
 
-    ``gym.make`` keyword arguments where ``FAMILIES[env_id].make_kwargs``; otherwise give them to
-    :class:`FixedPhysics`.
+    Give them to :class:`FixedPhysics` (LunarLander's are also valid ``gym.make`` keyword arguments).
     """
     rng = _generator(seed)
     return [draw(env_id, rng) for _ in range(num_envs)]
@@ -217,8 +211,8 @@ def grid(env_id: str) -> tuple[tuple[str, ...], tuple[tuple[Value, ...], ...]]:
 
 def cell_kwargs(env_id: str, **values: Value) -> dict[str, Value]:
     """One grid cell's full physics: the family's ``grid_fixed`` values overridden by `values`
-    (any randomized names, normally the grid's axes). Every randomized name gets a value; for
-    LunarLander these are ``gym.make`` kwargs, for CartPole give them to :class:`FixedPhysics`."""
+    (any randomized names, normally the grid's axes), every randomized name with a value, for
+    :class:`FixedPhysics` (LunarLander's are also valid ``gym.make`` keyword arguments)."""
     family = _family(env_id)
     unknown = sorted(set(values) - set(family.ranges))
     if unknown:
