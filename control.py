@@ -7,9 +7,10 @@ all processes must share (stop now, give up after non-finite losses) goes throug
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -64,3 +65,26 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+@contextlib.contextmanager
+def workers_ignore_stop_signals() -> Iterator[None]:
+    """Env worker processes started inside this block ignore SIGINT and SIGTERM.
+
+    A terminal's Ctrl+C reaches the whole process group: workers left to Python's default would
+    die of a KeyboardInterrupt in mid-step and take the run down with them. Ignoring both, they
+    leave the decision to the training process, which finishes its update and closes them (and
+    a worker whose parent is gone ends when its pipe closes). Forked and spawned workers alike
+    inherit an ignored signal. Outside the main thread, where Python cannot set handlers, it does nothing.
+    """
+    previous: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -25,6 +25,7 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
 from ale_vec_env import AleVecEnv
+from control import workers_ignore_stop_signals
 from gym_vec_env import GymVecEnv
 from randomize import physics_wrapper
 from utils import UsageError
@@ -158,6 +159,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     env_kwargs = wrapper_skips_frames(env_name)
     if max_episode_frames is not None:
         env_kwargs["max_episode_steps"] = max_episode_frames
-    venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
-                          env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
+    with workers_ignore_stop_signals():  # Ctrl+C stops the run, not its subproc workers (see control.py)
+        venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
+                              env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
     return stack_frames(venv, n_stack)

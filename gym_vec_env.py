@@ -25,6 +25,8 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 
+from control import workers_ignore_stop_signals
+
 VECTOR_MODES = ("sync", "async")  # gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (a process an env)
 
 
@@ -68,8 +70,11 @@ class GymVecEnv(VecEnv):
             raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
         makers: list[Callable[[], gym.Env]] = [
             (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap)) for i, k in enumerate(kwargs)]
-        vector = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-        self.envs = vector(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        if mode == "sync":
+            self.envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        else:
+            with workers_ignore_stop_signals():  # Ctrl+C stops the run, not its workers (see control.py)
+                self.envs = gym.vector.AsyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.seed_base, self.mode, self.env_id = seed, mode, env_id
         self._seeded = False
         self._actions: Optional[np.ndarray] = None

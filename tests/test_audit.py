@@ -336,3 +336,31 @@ def test_each_env_of_a_vector_plays_its_own_seed(vec_env):
     both, second = play(7, 2), play(8, 1)
     assert not np.array_equal(both[:, 0], both[:, 1])  # the same actions, different games
     np.testing.assert_array_equal(both[:, 1], second[:, 0])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--env-name", "CartPole-v1", "--vec-env", "async"],     # gymnasium's AsyncVectorEnv workers
+    [*TINY, "--vec-env", "subproc", "--max-episode-frames", "120"],  # SB3's SubprocVecEnv workers
+], ids=["gymnasium-async", "atari-subproc"])
+def test_ctrl_c_to_the_process_group_stops_the_run_not_its_env_workers(tmp_path, argv):
+    """A terminal's Ctrl+C reaches every process of its group, the env workers too: they must leave
+    the stop to the training process, which finishes its update, writes a2c_last and exits 0."""
+    proc = subprocess.Popen([sys.executable, "-u", "main.py", *argv, "--num-envs", "2", "--num-updates", "100000",
+                             "--checkpoint-interval", "1", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("run directory:"), proc.stderr.read() if proc.poll() is not None else line
+        last_path = os.path.join(line.split(":", 1)[1].strip(), "a2c_last")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(last_path) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert os.path.exists(last_path)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert out.strip().splitlines()[-1].startswith("stopped by SIGINT; ")
+    assert torch.load(last_path, weights_only=True)["update"] >= 1
