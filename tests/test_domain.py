@@ -190,10 +190,12 @@ def test_the_grid_comparison_bench_tables_each_configuration_over_its_seeds(tmp_
 def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     from config import Config
 
-    config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
+    config, _, typed = main.parse_args(["--env-name", "LunarLander-v3"])
     lander = main.with_env_defaults(config, typed)
     assert (lander.recurrent, lander.num_envs, lander.gamma, lander.lr, lander.lr_schedule, lander.entropy_coeff,
-            lander.num_updates) == (False, 4, 0.995, 8.3e-4, "linear", 1e-5, 25_000)
+            lander.total_steps) == (False, 32, 0.995, 8.3e-4, "linear", 1e-5, 1_000_000)
+    config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
+    assert main.with_env_defaults(config, typed).num_envs == 4
     config, _, typed = main.parse_args(["--env-name", "CartPole-v1", "--recurrent"])
     cartpole = main.with_env_defaults(config, typed)
     assert (cartpole.recurrent, cartpole.num_envs, cartpole.entropy_coeff, cartpole.gamma) == (True, 8, 0.0, 0.99)
