@@ -259,17 +259,23 @@ def test_icm_normalize_running_std_is_saved_and_restored(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ 5. stop and failure
+def wait_for_first_last(proc: subprocess.Popen) -> str:
+    """The path of the a2c_last of the run ``proc`` trains, once it has been written (or 60 s passed)."""
+    line = proc.stdout.readline()
+    assert line.startswith("run directory:"), proc.stderr.read() if proc.poll() is not None else line
+    last_path = os.path.join(line.split(":", 1)[1].strip(), "a2c_last")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(last_path) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    return last_path
+
+
 def test_sigint_finishes_the_update_writes_last_and_exits_zero(tmp_path):
     proc = subprocess.Popen([sys.executable, "-u", "main.py", *TINY, "--num-updates", "100000",
                              "--max-episode-frames", "120", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("run directory:"), proc.stderr.read() if proc.poll() is not None else line
-        last_path = os.path.join(line.split(":", 1)[1].strip(), "a2c_last")
-        deadline = time.monotonic() + 60
-        while not os.path.exists(last_path) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
+        last_path = wait_for_first_last(proc)
         assert os.path.exists(last_path)  # written inside the loop: the handlers are in place
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
@@ -349,12 +355,7 @@ def test_ctrl_c_to_the_process_group_stops_the_run_not_its_env_workers(tmp_path,
                              "--checkpoint-interval", "1", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("run directory:"), proc.stderr.read() if proc.poll() is not None else line
-        last_path = os.path.join(line.split(":", 1)[1].strip(), "a2c_last")
-        deadline = time.monotonic() + 60
-        while not os.path.exists(last_path) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
+        last_path = wait_for_first_last(proc)
         assert os.path.exists(last_path)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
         out, err = proc.communicate(timeout=60)
