@@ -99,6 +99,9 @@ class A2CAgent:
     returns or GAE (:func:`storage.compute_returns` with ``gamma`` and ``gae_lambda``).
     """
 
+    # Averages the gradients across the ranks of a data-parallel run (``distributed.gradient_reducer``); None: one process.
+    gradient_reducer: Optional[Callable[[list[torch.nn.Parameter]], None]] = None
+
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
                  value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
                  gamma: float = 0.99, gae_lambda: float = 1.0, intrinsic: Optional[ICM] = None,
@@ -226,10 +229,15 @@ class A2CAgent:
         stats = {name: float(value.detach()) for name, value in terms.items()}
         stats["skipped"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
-        if not math.isfinite(stats["total"]):
+        finite = math.isfinite(stats["total"])
+        if not finite and self.gradient_reducer is None:
             stats["skipped"], stats["grad_norm"] = 1.0, float("nan")
             return stats
         terms["total"].backward()
+        if not finite:  # a data-parallel run: every rank joins the reduction, and this rank's non-finite
+            for param in self.params:  # gradient makes the average non-finite on all, so all skip the update
+                if param.grad is not None:
+                    param.grad.fill_(float("nan"))
         self.reduce_gradients()
         grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         stats["grad_norm"] = grad_norm
@@ -241,7 +249,11 @@ class A2CAgent:
         return stats
 
     def reduce_gradients(self) -> None:
-        """Hook between backward and clipping: where a data-parallel run averages its gradients."""
+        """Hook between backward and clipping: a data-parallel run averages the gradients of every
+        parameter here (``self.params``, the policy's and the curiosity module's) across its ranks
+        with ``gradient_reducer`` (``distributed.average_gradients``)."""
+        if self.gradient_reducer is not None:
+            self.gradient_reducer(self.params)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, full: bool = True) -> dict[str, Any]:

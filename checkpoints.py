@@ -12,6 +12,7 @@ A checkpoint is a dict of tensors and plain values::
     episode_returns, episode_count } with curiosity
     rng
     obs_normalizer, reward_normalizer   running mean, var and count, with --normalize-obs / --normalize-reward
+    world_size                     processes of the data-parallel run that wrote it (1: a plain run)
 
 A run writes ``a2c_last`` (full) every ``checkpoint_interval`` updates and on the way out, and
 keeps three weights-only files by their rules (see :class:`Checkpoints`).
@@ -110,14 +111,16 @@ class Checkpoints:
     """
 
     def __init__(self, run_dir: str, agent: Any, config: Any, enabled: bool = True,
-                 normalizer: Callable[[], dict[str, Any]] = dict) -> None:
+                 normalizer: Callable[[], dict[str, Any]] = dict, world_size: int = 1) -> None:
         self.run_dir, self.agent, self.config, self.enabled = run_dir, agent, config, enabled
         self.normalizer = normalizer  # the observation and reward statistics (normalize.state), if any
+        self.world_size = world_size
 
     def to_dict(self, state: TrainingState, full: bool = True) -> dict[str, Any]:
         """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
         data = {"format": CHECKPOINT_FORMAT, **self.agent.state(full), "env_name": self.config.env_name,
-                "config": self.config.to_dict(), **state.to_dict(full), **self.normalizer()}
+                "config": self.config.to_dict(), **state.to_dict(full), **self.normalizer(),
+                "world_size": self.world_size}
         if full:
             data["rng"] = rng_state()
         return data

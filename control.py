@@ -32,10 +32,33 @@ class RunContext:
         """True on every process if ``flag`` is true on any of them (one all-reduce in a group)."""
         if self.world_size == 1:
             return bool(flag)
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        value = torch.tensor([1.0 if flag else 0.0], device=device)  # NCCL reduces GPU tensors only
+        value = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
+
+    def mean(self, values: dict[str, float]) -> dict[str, float]:
+        """Each value's mean over the processes (one all-reduce); every process passes the same keys."""
+        if self.world_size == 1:
+            return dict(values)
+        keys = sorted(values)
+        total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=_collective_device())
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return dict(zip(keys, (total / self.world_size).tolist()))
+
+    def gather(self, item: Any) -> list[Any]:
+        """Every process's ``item`` (any picklable value), in rank order, on every process."""
+        if self.world_size == 1:
+            return [item]
+        items: list[Any] = [None] * self.world_size
+        dist.all_gather_object(items, item)
+        return items
+
+
+def _collective_device() -> torch.device:
+    """Where a collective's tensor must be: NCCL reduces GPU tensors only."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 class StopSignals:

@@ -289,8 +289,15 @@ def _show(value: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------
 def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dict[str, Any]] = None) -> int:
-    """Train from scratch, or continue the run whose a2c_last ``checkpoint`` was read from ``resume``."""
+    """Train from scratch, or continue the run whose a2c_last ``checkpoint`` was read from ``resume``.
+
+    Launched by torchrun, this process is one rank of a data-parallel run (``distributed.py``):
+    every rank checks the input alike and refuses bad input before the process group starts; rank
+    0 alone makes the run directory and writes into it.
+    """
     from torch.utils.tensorboard import SummaryWriter
+
+    import distributed
 
     from agent import agent_from_config
     from envs import action_size, check_env, is_atari, make_vec_env
@@ -302,12 +309,14 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from randomize import check_randomizable
     from utils import UsageError, probe_writable, seed_everything
 
+    context = distributed.context_from_environment()
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
         run_dir = os.path.dirname(os.path.abspath(resume))
         try:  # found out now, not at the first checkpoint after hours of training
-            probe_writable(run_dir)
+            if context.is_main:
+                probe_writable(run_dir)
         except OSError as exc:
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
@@ -320,8 +329,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                              f"of {config.env_name}")
         if config.randomize_domain:
             check_randomizable(config.env_name)
-        run_dir = make_run_dir(config)
-    device = pick_device(config.cuda, config.threads, config.speed.keep_freed_memory)
+        run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0
+    device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory), context)
     if config.speed.bf16 and not has_fast_bf16(device):
         print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
               f"be slower, not faster", file=sys.stderr)
@@ -329,6 +338,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
     first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0)
+    first_seed = distributed.env_seed_of_rank(first_seed, config.num_envs, context)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
                         config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
@@ -345,17 +355,29 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
                                  f"updates; pass a larger --num-updates to train further")
+        # Every input is checked: the ranks meet. The same weights on every rank, and action
+        # sampling from a random stream of each rank's own.
+        if context.rank > 0:
+            seed_everything(distributed.sampling_seed(config.seed, context.rank, state.update))
+        distributed.start(context, device)
+        distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)
+        agent.gradient_reducer = distributed.gradient_reducer(context)
+        run_dir = distributed.broadcast_object(run_dir, context)
         # Events logged after the checkpoint was written (step > its step) are dropped: curves carry on.
         purge = state.step + 1 if checkpoint else None
-        writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard else None
-        save_settings(config, run_dir, writer)
-        print(f"run directory: {run_dir}", flush=True)
-        if config.eval_interval:  # envs of its own, seeded apart from training, as --eval does
+        writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard and context.is_main else None
+        if context.is_main:
+            save_settings(config, run_dir, writer)
+            print(f"run directory: {run_dir}", flush=True)
+            world = describe_world(config, context, device, checkpoint)
+            if world:
+                print(world, flush=True)
+        if config.eval_interval and context.is_main:  # envs of its own, seeded apart from training, as --eval does
             evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, max_episode_frames=config.max_episode_frames,
                                           vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
-        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator)
+        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         final = runner.train()
         if writer is not None:
             writer.close()
@@ -363,12 +385,31 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         envs.close()
         if evaluator is not None:
             evaluator.close()
+        distributed.stop(context)
+    if not context.is_main:
+        return 1 if "non-finite" in runner.stop_reason else 0
     episodes = final.episodes
     returns = (f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
                if episodes.returns else "no episode finished yet")
     print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
           f"{final.update} updates, {returns}; checkpoints in {run_dir}", flush=True)
     return 1 if "non-finite" in runner.stop_reason else 0
+
+
+def describe_world(config: Config, context: Any, device: Any, checkpoint: Optional[dict[str, Any]]) -> str:
+    """The line a data-parallel run starts with: processes, envs per rank and in all, the batch of an
+    update (and a resume's change of world size). Empty for a plain run of a plain run."""
+    trained_by = checkpoint.get("world_size", 1) if checkpoint is not None else context.world_size
+    if context.world_size == 1 and trained_by == 1:
+        return ""
+    total_envs = config.num_envs * context.world_size
+    line = (f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
+            f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs; "
+            f"batch per update {total_envs} x {config.rollout_size} = {total_envs * config.rollout_size} env steps")
+    if trained_by != context.world_size:
+        line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
+                 f"and goes on with {total_envs}")
+    return line
 
 
 def play(config: Config, typed: set[str], load: str, episodes: int, *, deterministic: bool = False,

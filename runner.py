@@ -58,8 +58,10 @@ class Runner:
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
-                                       normalizer=lambda: normalize.state(envs))
+                                       normalizer=lambda: normalize.state(envs), world_size=context.world_size)
         self.context = context
+        # Env steps of one update over every rank (config.num_envs is per rank): the step axis is global.
+        self.steps_per_update = config.steps_per_update * context.world_size
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
                                       obs_dtype, action_shape=envs.action_space.shape or ())
@@ -75,7 +77,8 @@ class Runner:
         self.stop_reason = ""
         self.warned_dead_core = False
         self.metrics = Metrics(writer, enabled=context.is_main)
-        self.new_episodes = 0  # episodes finished in the current update
+        self.new_episodes = 0  # episodes finished in the current update (on every rank)
+        self.finished: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
         self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
         self.reward_part_sums: dict[str, torch.Tensor] = {}
         # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
@@ -100,6 +103,7 @@ class Runner:
         self.episode_ends.clear()
         with agent.model.casting_once():
             self._collect_steps(storage)
+        self._record_episodes()
         batch = agent.make_batch(storage)
         self._log_reward_parts(batch)
         return batch
@@ -117,7 +121,7 @@ class Runner:
                 actions, log_probs, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
             bootstrap = self._truncation_bootstrap(dones, infos, next_state)
-            self._record_episodes(infos, t)
+            self._note_episodes(infos, t)
             dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
             storage.insert(t, self.obs, self.episode_starts, actions, values,
                            torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap,
@@ -139,20 +143,28 @@ class Runner:
         bootstrap[idx] = self.agent.gamma * self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
         return bootstrap
 
-    def _record_episodes(self, infos: list[dict], t: int) -> None:
-        """Raw full-game episode returns (from the Monitor), logged at the env step they ended."""
-        step = self.state.step + (t + 1) * self.config.num_envs
+    def _note_episodes(self, infos: list[dict], t: int) -> None:
+        """Note the games that ended at step ``t`` of the rollout (raw full-game returns, from the Monitor)."""
         for i, info in enumerate(infos):
             if "physics" in info:
                 self.drawn_physics.append(info["physics"])
             episode = info.get("episode")
-            if episode is None:
-                continue
-            self.state.episodes.add(episode["r"])
+            if episode is not None:
+                self.finished.append((t, i, float(episode["r"]), int(episode["l"])))
+                self.episode_ends.append((t, i))
+
+    def _record_episodes(self) -> None:
+        """Count and log the rollout's finished games, those of every rank, each at the global env
+        step where it ended (in a data-parallel run every rank counts them all, in step, rank, env order)."""
+        ranks = self.context.gather(self.finished)
+        self.finished = []
+        games = sorted((t, rank, i, r, length) for rank, finished in enumerate(ranks) for t, i, r, length in finished)
+        for t, _, _, episode_return, length in games:
+            step = self.state.step + (t + 1) * self.config.num_envs * self.context.world_size
+            self.state.episodes.add(episode_return)
             self.new_episodes += 1
-            self.episode_ends.append((t, i))
-            self.metrics.scalar("episode/return", episode["r"], step)
-            self.metrics.scalar("episode/length", episode["l"], step)
+            self.metrics.scalar("episode/return", episode_return, step)
+            self.metrics.scalar("episode/length", length, step)
             self.metrics.scalar("episode/return_mean100", self.state.episodes.mean, step)
 
     def _log_reward_parts(self, batch: Batch) -> None:
@@ -163,7 +175,7 @@ class Runner:
         """
         if not batch.reward_parts:
             return
-        end_step = self.state.step + self.config.steps_per_update  # the rollout's last env step
+        end_step = self.state.step + self.steps_per_update  # the rollout's last env step
         for name, rewards in batch.reward_parts.items():
             sums = self.reward_part_sums.setdefault(name, torch.zeros(self.config.num_envs))
             rewards = rewards.detach().cpu()
@@ -172,7 +184,7 @@ class Runner:
                 sums += rewards[t]
                 while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
                     i = self.episode_ends[ended][1]
-                    step = self.state.step + (t + 1) * self.config.num_envs
+                    step = self.state.step + (t + 1) * self.config.num_envs * self.context.world_size
                     self.metrics.scalar(f"episode/return_{name}", float(sums[i]), step)
                     sums[i] = 0.0
                     ended += 1
@@ -187,7 +199,7 @@ class Runner:
         ``a2c_last`` is written periodically and always on the way out, and TensorBoard is flushed.
         """
         cfg, st, metrics = self.config, self.state, self.metrics
-        metrics.start_progress(cfg.total_steps, st.step, cfg.progress)
+        metrics.start_progress(cfg.num_updates * self.steps_per_update, st.step, cfg.progress)
         skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
         with self.stop:
@@ -202,8 +214,9 @@ class Runner:
                     self.checkpoints.loss_computed(st, float(terms["total"].detach()))
                     stats = self.agent.step(terms)
                     st.update += 1
-                    st.step += cfg.steps_per_update
+                    st.step += self.steps_per_update
                     stats.update(rollout_stats(batch))
+                    stats = self.context.mean(stats)  # the losses and rollout statistics of every rank
                     stats["lr"] = self.agent.lr
                     self.history.append(stats)
 
@@ -233,7 +246,7 @@ class Runner:
                         self.evaluate()
                     if st.update % cfg.checkpoint_interval == 0:
                         self.save("a2c_last")
-                    metrics.progress(cfg.steps_per_update, *((st.episodes.mean, st.episodes.count)
+                    metrics.progress(self.steps_per_update, *((st.episodes.mean, st.episodes.count)
                                                              if st.update % 10 == 0 else ()))
             finally:
                 try:  # still inside: a second Ctrl+C cannot cut this write short
@@ -257,7 +270,7 @@ class Runner:
     def _log_core_health(self) -> None:
         """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
         ``ActorCritic.core_health``); warns once if the LSTM has collapsed to one output for all frames."""
-        if self.config.num_envs < 2:
+        if self.config.num_envs < 2 or not self.context.is_main:
             return
         health = self.agent.model.core_health(self.obs, self.recurrent_state, self.episode_starts)
         for name, value in health.items():

@@ -1,0 +1,149 @@
+"""Data-parallel training under ``torchrun``: one process (rank) per device, each stepping envs of its own.
+
+``torchrun`` launches the processes and tells each its place through the environment (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``); this module reads it, starts the process group (NCCL on CUDA,
+each rank on ``cuda:LOCAL_RANK``; Gloo on the CPU), makes the weights of every rank the same, and
+averages the gradients of an update across ranks. A plain ``python main.py`` has no process group
+and none of this runs. What every rank must decide together goes through
+:class:`control.RunContext`.
+
+The per-update collectives, all small but the first: one all-reduce of every gradient, flattened
+into one buffer (:func:`average_gradients`); one all-gather of the episodes that ended in the
+rollout; one all-reduce of the update's statistics; one all-reduce of the stop decision.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from control import RunContext
+from utils import UsageError
+
+# torchrun's variables; WORLD_SIZE alone, set by hand, does not start a data-parallel run.
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+# A rank waits this long for the others at any collective before giving up with an error (a rank
+# that died is normally noticed by torchrun first, which then ends the job).
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+def context_from_environment() -> RunContext:
+    """This process's rank and the world size from torchrun's variables (0 of 1 without them).
+
+    Read before anything starts, so that every rank refuses bad input before the group exists.
+    """
+    if not all(name in os.environ for name in TORCHRUN_VARIABLES):
+        return RunContext()
+    try:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        int(os.environ["LOCAL_RANK"])
+    except ValueError:
+        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (set by torchrun)") from None
+    if not 0 <= rank < world_size:
+        raise UsageError(f"RANK {rank} is not within WORLD_SIZE {world_size}")
+    return RunContext(rank, world_size)
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def place(device: torch.device, context: RunContext) -> torch.device:
+    """The device of this rank: ``cuda:LOCAL_RANK`` when the run is on CUDA, else the CPU."""
+    if context.world_size == 1 or device.type != "cuda":
+        return device
+    index = local_rank()
+    if index >= torch.cuda.device_count():
+        raise UsageError(f"LOCAL_RANK {index} has no GPU: this machine has {torch.cuda.device_count()}; "
+                         f"start at most that many processes per node (--nproc-per-node)")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def start(context: RunContext, device: torch.device) -> None:
+    """Join the process group: NCCL for CUDA devices, Gloo for the CPU. Nothing for a single process."""
+    if context.world_size == 1:
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+                            **({"device_id": device} if device.type == "cuda" else {}))
+
+
+def stop(context: RunContext) -> None:
+    """Leave the process group (if this process is in one)."""
+    if context.world_size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def env_seed_of_rank(first_seed: int, num_envs: int, context: RunContext) -> int:
+    """The seed of this rank's env 0: rank r's envs take the ``num_envs`` seeds after rank r-1's, so
+    no two envs of the run play the same seed (env i of rank r: ``first_seed + r * num_envs + i``)."""
+    return first_seed + context.rank * num_envs
+
+
+def sampling_seed(seed: int, rank: int, update: int = 0) -> int:
+    """The seed of rank ``rank``'s random streams (action sampling) from ``update`` on: rank 0 keeps
+    the run's seed, every other rank a stream of its own, drawn from (seed, rank, update)."""
+    if rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank, update]).generate_state(1)[0])
+
+
+def broadcast_parameters(modules: Sequence[torch.nn.Module], context: RunContext) -> None:
+    """Every rank takes rank 0's weights and buffers (each rank also built them from the same seed;
+    this makes them equal bit for bit whatever happened before, a resume included)."""
+    if context.world_size == 1:
+        return
+    with torch.no_grad():
+        for module in modules:
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+
+
+def broadcast_object(obj: object, context: RunContext) -> object:
+    """Rank 0's ``obj`` on every rank."""
+    if context.world_size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def average_gradients(params: Sequence[torch.nn.Parameter], world_size: int) -> None:
+    """Replace each gradient by its mean over the ranks, in one all-reduce of one flat buffer.
+
+    Called after ``backward`` has returned, so every gradient is complete, those accumulated at the
+    end of the backward call included (the bfloat16 encoder's, ``model.casting_once``), and those of
+    every module in ``params`` (the policy's and the curiosity module's). A parameter without a
+    gradient on one rank counts as zero there; one without a gradient on every rank keeps none.
+    A non-finite gradient on one rank (``A2CAgent.step`` makes every gradient NaN where the loss
+    was not) makes the average non-finite on every rank, so they all skip the update together.
+    """
+    device = params[0].device
+    grads = [p.grad for p in params]
+    flat = torch.cat([torch.zeros(p.numel(), device=device) if g is None else g.detach().reshape(-1).float()
+                      for p, g in zip(params, grads)]
+                     + [torch.tensor([0.0 if g is None else 1.0 for g in grads], device=device)])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat[:-len(params)] /= world_size
+    offset = 0
+    for p, present in zip(params, flat[-len(params):].tolist()):
+        if present:
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))  # keeps the gradient's memory format
+        offset += p.numel()
+
+
+def gradient_reducer(context: RunContext) -> Optional[object]:
+    """What ``A2CAgent.gradient_reducer`` is set to for this run: None for a single process."""
+    if context.world_size == 1:
+        return None
+
+    def reduce(params: Sequence[torch.nn.Parameter]) -> None:
+        average_gradients(params, context.world_size)
+    return reduce
