@@ -31,6 +31,13 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
 
 
+class RankError(UsageError):
+    """Bad input that this rank alone may see (its GPU, its variables): printed by every rank that
+    meets it, where an error all ranks meet alike is printed once a machine (``LOCAL_RANK`` 0)."""
+
+    every_rank = True
+
+
 def context_from_environment() -> RunContext:
     """This process's rank and the world size from torchrun's variables (0 of 1 without them).
 
@@ -42,9 +49,9 @@ def context_from_environment() -> RunContext:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         int(os.environ["LOCAL_RANK"])
     except ValueError:
-        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (set by torchrun)") from None
+        raise RankError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (set by torchrun)") from None
     if not 0 <= rank < world_size:
-        raise UsageError(f"RANK {rank} is not within WORLD_SIZE {world_size}")
+        raise RankError(f"RANK {rank} is not within WORLD_SIZE {world_size}")
     return RunContext(rank, world_size)
 
 
@@ -58,7 +65,7 @@ def place(device: torch.device, context: RunContext) -> torch.device:
         return device
     index = local_rank()
     if index >= torch.cuda.device_count():
-        raise UsageError(f"LOCAL_RANK {index} has no GPU: this machine has {torch.cuda.device_count()}; "
+        raise RankError(f"LOCAL_RANK {index} has no GPU: this machine has {torch.cuda.device_count()}; "
                          f"start at most that many processes per node (--nproc-per-node)")
     torch.cuda.set_device(index)
     return torch.device("cuda", index)

@@ -32,7 +32,13 @@ ARCHITECTURE = ("arch", "recurrent", "hidden_size", "feature_norm", "core_skip",
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line on stderr, exit code 2
-        self.exit(2, f"error: {message} (see --help)\n")
+        self.exit(2, f"error: {message} (see --help)\n" if shows_errors() else None)
+
+
+def shows_errors() -> bool:
+    """Whether this process prints bad input: under torchrun every rank checks the same input, and
+    the first process of each machine (``LOCAL_RANK`` 0) says what is wrong, once."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
 def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
@@ -563,7 +569,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return train(config, args.resume, checkpoint)
         return train(with_env_defaults(config, typed))
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Under torchrun every rank checks the same input: one line a machine, unless only this rank saw it.
+        if shows_errors() or getattr(exc, "every_rank", False):
+            print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before training started (once it has, Ctrl+C stops it cleanly)
         print("error: interrupted", file=sys.stderr)
