@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +26,8 @@ from utils import UsageError
 
 # torchrun's variables; WORLD_SIZE alone, set by hand, does not start a data-parallel run.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+# Settings a machine may choose for itself: how it computes and where it would write (rank 0 alone writes).
+PER_MACHINE = ("threads", "speed", "log_dir", "progress", "tensorboard")
 # A rank waits this long for the others at any collective before giving up with an error (a rank
 # that died is normally noticed by torchrun first, which then ends the job).
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
@@ -78,6 +80,21 @@ def start(context: RunContext, device: torch.device) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
                             **({"device_id": device} if device.type == "cuda" else {}))
+
+
+def check_same_run(config: object, update: int, context: RunContext) -> None:
+    """Refuse, on every rank alike, a job whose ranks were started with other settings or resumed
+    at another update than rank 0 (another command line or checkpoint on another machine)."""
+    if context.world_size == 1:
+        return
+    mine = {k: v for k, v in config.to_dict().items() if k not in PER_MACHINE}  # type: ignore[attr-defined]
+    mine["update"] = update
+    first = broadcast_object(mine, context)
+    differ = context.gather(sorted(k for k in mine if mine[k] != first[k]))  # type: ignore[index]
+    for rank, names in enumerate(differ):
+        if names:
+            raise UsageError(f"rank {rank} was started with other settings than rank 0 ({', '.join(names)}); "
+                             f"start every machine with the same command")
 
 
 def stop(context: RunContext) -> None:
@@ -154,3 +171,80 @@ def gradient_reducer(context: RunContext) -> Optional[object]:
     def reduce(params: Sequence[torch.nn.Parameter]) -> None:
         average_gradients(params, context.world_size)
     return reduce
+
+
+# (count, mean, var) of a running statistic, and how to set them.
+Moments = tuple[float, np.ndarray, np.ndarray]
+
+
+class SharedStatistics:
+    """Running means and variances kept alike on every rank: the observation and reward
+    normalizers' (``--normalize-obs``, ``--normalize-reward``) and the curiosity reward's running
+    std (``--icm-normalize``). Each rank adds its own samples as usual; after every rollout
+    (:meth:`merge`) the samples every rank added since the last merge are pooled (their count,
+    and sums of deviations and squared deviations from the last merged mean, in float64, in one
+    all-reduce) and every rank takes the pooled statistics, as if one process had seen them all.
+    """
+
+    def __init__(self, context: RunContext,
+                 stats: Sequence[tuple[Callable[[], Moments], Callable[[float, np.ndarray, np.ndarray], None]]]) -> None:
+        self.context, self.stats = context, list(stats)
+        self.merged = [self._read(get) for get, _ in self.stats]
+
+    @staticmethod
+    def _read(get: Callable[[], Moments]) -> Moments:
+        count, mean, var = get()
+        return float(count), np.asarray(mean, dtype=np.float64).copy(), np.asarray(var, dtype=np.float64).copy()
+
+    def merge(self) -> None:
+        if self.context.world_size == 1 or not self.stats:
+            return
+        parts = []
+        for (get, _), (n0, m0, v0) in zip(self.stats, self.merged):
+            n, m, v = self._read(get)
+            d = m - m0  # this rank's samples since the merge: count, sum and sum of squares about m0
+            parts.append(np.concatenate([[n - n0], (n * d).ravel(), (n * (v + d * d) - n0 * v0).ravel()]))
+        flat = torch.from_numpy(np.concatenate(parts))
+        if dist.get_backend() == "nccl":
+            flat = flat.cuda()
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        pooled, offset = flat.cpu().numpy(), 0
+        for index, ((_, set_moments), (n0, m0, v0)) in enumerate(zip(self.stats, self.merged)):
+            size = m0.size
+            count = n0 + pooled[offset]
+            sums = pooled[offset + 1:offset + 1 + size].reshape(m0.shape)
+            squares = pooled[offset + 1 + size:offset + 1 + 2 * size].reshape(m0.shape)
+            offset += 1 + 2 * size
+            if count <= 0:
+                continue
+            shift = sums / count  # the pooled mean's distance from m0
+            mean, var = m0 + shift, np.maximum((n0 * v0 + squares) / count - shift * shift, 0.0)
+            set_moments(float(count), mean, var)
+            self.merged[index] = (float(count), mean.copy(), var.copy())
+
+
+def shared_statistics(envs: object, agent: object, context: RunContext) -> SharedStatistics:
+    """The running statistics of this run that every rank must share (see :class:`SharedStatistics`)."""
+    from normalize import normalizer_of
+
+    stats = []
+    norm = normalizer_of(envs)  # type: ignore[arg-type]
+    for name, used in (("obs_rms", norm is not None and norm.norm_obs), ("ret_rms", norm is not None and norm.norm_reward)):
+        if used:
+            def get(name: str = name) -> Moments:
+                rms = getattr(norm, name)
+                return rms.count, rms.mean, rms.var
+
+            def put(count: float, mean: np.ndarray, var: np.ndarray, name: str = name) -> None:
+                rms = getattr(norm, name)
+                rms.count, rms.mean, rms.var = count, mean.copy(), var.copy()
+            stats.append((get, put))
+    running_std = getattr(agent, "intrinsic_std", None)
+    if running_std is not None:
+        def get_std() -> Moments:
+            return running_std.count, running_std.mean, running_std.m2 / running_std.count if running_std.count else 0.0
+
+        def put_std(count: float, mean: np.ndarray, var: np.ndarray) -> None:
+            running_std.count, running_std.mean, running_std.m2 = count, float(mean), float(var) * count
+        stats.append((get_std, put_std))
+    return SharedStatistics(context, stats)

@@ -366,6 +366,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if context.rank > 0:
             seed_everything(distributed.sampling_seed(config.seed, context.rank, state.update))
         distributed.start(context, device)
+        distributed.check_same_run(config, state.update, context)
         distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)
         agent.gradient_reducer = distributed.gradient_reducer(context)
         run_dir = distributed.broadcast_object(run_dir, context)
@@ -540,6 +541,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from utils import UsageError
 
     try:
+        if (args.plot or args.eval) and "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
+            raise UsageError(f"--{'plot' if args.plot else 'eval'} runs in one process: start it with python, "
+                             f"not torchrun")
         if args.plot:
             return plot(args.plot, args.out)
         if "out" in args.typed and not (args.eval and args.physics_grid):

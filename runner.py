@@ -28,6 +28,7 @@ from agent import A2CAgent
 from checkpoints import Checkpoints, TrainingState
 from config import Config
 from control import RunContext, StopSignals
+from distributed import shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
 from utils import atomic_write, explained_variance, linear_schedule
@@ -69,6 +70,8 @@ class Runner:
         # On a GPU, each step's frames go through one page-locked buffer in a single asynchronous copy.
         self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=obs_dtype,
                                     pin_memory=True) if self.device.type == "cuda" else None
+        # Normalizer and curiosity statistics, merged over the ranks after every rollout (from the reset on).
+        self.statistics = shared_statistics(envs, agent, context)
         self.obs = self._to_tensor(envs.reset())
         # Physics drawn for episodes since the last histograms (with --randomize-domain).
         self.drawn_physics = [info["physics"] for info in getattr(envs, "reset_infos", []) if "physics" in info]
@@ -105,6 +108,7 @@ class Runner:
             self._collect_steps(storage)
         self._record_episodes()
         batch = agent.make_batch(storage)
+        self.statistics.merge()
         self._log_reward_parts(batch)
         return batch
 
@@ -211,7 +215,9 @@ class Runner:
                     batch = self.collect()
                     self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
                     terms = self.agent.loss(batch)
-                    self.checkpoints.loss_computed(st, float(terms["total"].detach()))
+                    # The loss of the whole batch, every rank's part, judges a2c_best_loss.
+                    total = self.context.mean({"total": float(terms["total"].detach())})["total"]
+                    self.checkpoints.loss_computed(st, total)
                     stats = self.agent.step(terms)
                     st.update += 1
                     st.step += self.steps_per_update

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from agent import agent_from_config
 from config import Config, Curiosity
 from control import RunContext
 from storage import Batch
+from utils import UsageError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -201,6 +203,72 @@ def test_two_ranks_of_two_envs_average_the_gradient_of_one_process_of_four(tmp_p
     # ... and a rank's own gradient is not that average: the reduction did the work.
     alone = gradients(synthetic_batch(slice(0, 2)))
     assert any(not torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(alone, whole))
+
+
+# ------------------------------------------------------------------------------------------------ shared statistics
+def _samples(rank: int, part: int) -> np.ndarray:
+    """Rank ``rank``'s CartPole observations in rollout ``part``: a different count and scale on each rank."""
+    return np.random.default_rng([rank, part]).normal(rank * 5.0, 1.0 + rank, size=(7 + 4 * rank + part, 4))
+
+
+def _merge_statistics(rank: int, port: int, out_dir: str) -> None:
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from icm import RunningStd
+    from normalize import normalized
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        envs = normalized(DummyVecEnv([lambda: gym.make("CartPole-v1")]), obs=True, reward=False)
+
+        class Agent:
+            intrinsic_std = RunningStd()
+        shared = distributed.shared_statistics(envs, Agent, RunContext(rank, 2))
+        for part in range(2):  # two rollouts, each adding samples of its own on each rank
+            envs.obs_rms.update(_samples(rank, part))
+            Agent.intrinsic_std.update(torch.from_numpy(_samples(rank, part)[:, 0]))
+            shared.merge()
+        torch.save({"count": envs.obs_rms.count, "mean": torch.from_numpy(envs.obs_rms.mean),
+                    "var": torch.from_numpy(envs.obs_rms.var), "std": Agent.intrinsic_std.state_dict()},
+                   os.path.join(out_dir, f"stats{rank}.pt"))
+        # A rank started with other settings than rank 0 is refused, on every rank alike.
+        try:
+            distributed.check_same_run(Config(lr=7e-4 * (1 + rank)), 0, RunContext(rank, 2))
+        except UsageError as exc:
+            open(os.path.join(out_dir, f"refused{rank}"), "w").write(str(exc))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_pool_their_normalizer_and_curiosity_statistics_and_refuse_other_settings(tmp_path):
+    """After every rollout each rank's running statistics are those of all ranks' samples, as if
+    one process had seen them all (--normalize-obs/--normalize-reward and --icm-normalize)."""
+    from icm import RunningStd
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    mp.spawn(_merge_statistics, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    first, second = (torch.load(tmp_path / f"stats{r}.pt", weights_only=True) for r in range(2))
+    assert_same_bits(first, second)
+    alone, std = RunningMeanStd(shape=(4,)), RunningStd()
+    for part in range(2):
+        for rank in range(2):
+            alone.update(_samples(rank, part))
+            std.update(torch.from_numpy(_samples(rank, part)[:, 0]))
+    assert first["count"] == pytest.approx(alone.count)
+    np.testing.assert_allclose(first["mean"].numpy(), alone.mean, rtol=1e-12)
+    np.testing.assert_allclose(first["var"].numpy(), alone.var, rtol=1e-9)
+    assert first["std"]["count"] == std.count and first["std"]["mean"] == pytest.approx(std.mean, rel=1e-12)
+    assert first["std"]["m2"] == pytest.approx(std.m2, rel=1e-9)
+    for rank in range(2):
+        assert (tmp_path / f"refused{rank}").read_text() == ("rank 1 was started with other settings than rank 0 "
+                                                             "(lr); start every machine with the same command")
+
+
+def test_eval_and_plot_under_torchrun_are_refused(one_line_error, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert one_line_error(["--eval", "--load", "a2c_last"]) == (
+        "error: --eval runs in one process: start it with python, not torchrun")
 
 
 # ------------------------------------------------------------------------------------------------ stop, resume
