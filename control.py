@@ -32,7 +32,7 @@ class RunContext:
         """True on every process if ``flag`` is true on any of them (one all-reduce in a group)."""
         if self.world_size == 1:
             return bool(flag)
-        value = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
+        value = torch.tensor([1.0 if flag else 0.0], device=collective_device())
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
 
@@ -41,7 +41,7 @@ class RunContext:
         if self.world_size == 1:
             return dict(values)
         keys = sorted(values)
-        total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=_collective_device())
+        total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=collective_device())
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         return dict(zip(keys, (total / self.world_size).tolist()))
 
@@ -54,7 +54,7 @@ class RunContext:
         return items
 
 
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
     """Where a collective's tensor must be: NCCL reduces GPU tensors only."""
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

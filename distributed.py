@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from control import RunContext
+from control import RunContext, collective_device
 from utils import UsageError
 
 # torchrun's variables; WORLD_SIZE alone, set by hand, does not start a data-parallel run.
@@ -163,6 +163,23 @@ def average_gradients(params: Sequence[torch.nn.Parameter], world_size: int) -> 
         offset += p.numel()
 
 
+def gather_games(games: list[tuple[int, int, float, int]], capacity: int,
+                 context: RunContext) -> list[list[tuple[int, int, float, int]]]:
+    """Every rank's games ``(step in rollout, env, return, length)``, in rank order, on every rank:
+    one all-gather of a fixed-size float64 table (``capacity``: the most games a rank can finish in
+    a rollout, one per env and step), cheaper than gathering pickled objects."""
+    if context.world_size == 1:
+        return [list(games)]
+    table = torch.zeros(capacity + 1, 4, dtype=torch.float64)
+    table[0, 0] = len(games)
+    if games:
+        table[1:len(games) + 1] = torch.tensor(games, dtype=torch.float64)
+    tables = [torch.empty_like(table, device=collective_device()) for _ in range(context.world_size)]
+    dist.all_gather(tables, table.to(collective_device()))
+    return [[(int(t), int(i), float(r), int(length)) for t, i, r, length in rank[1:int(rank[0, 0]) + 1].tolist()]
+            for rank in (table.cpu() for table in tables)]
+
+
 def gradient_reducer(context: RunContext) -> Optional[object]:
     """What ``A2CAgent.gradient_reducer`` is set to for this run: None for a single process."""
     if context.world_size == 1:
@@ -204,9 +221,7 @@ class SharedStatistics:
             n, m, v = self._read(get)
             d = m - m0  # this rank's samples since the merge: count, sum and sum of squares about m0
             parts.append(np.concatenate([[n - n0], (n * d).ravel(), (n * (v + d * d) - n0 * v0).ravel()]))
-        flat = torch.from_numpy(np.concatenate(parts))
-        if dist.get_backend() == "nccl":
-            flat = flat.cuda()
+        flat = torch.from_numpy(np.concatenate(parts)).to(collective_device())
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         pooled, offset = flat.cpu().numpy(), 0
         for index, ((_, set_moments), (n0, m0, v0)) in enumerate(zip(self.stats, self.merged)):

@@ -28,7 +28,7 @@ from agent import A2CAgent
 from checkpoints import Checkpoints, TrainingState
 from config import Config
 from control import RunContext, StopSignals
-from distributed import shared_statistics
+from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
 from utils import atomic_write, explained_variance, linear_schedule
@@ -160,7 +160,7 @@ class Runner:
     def _record_episodes(self) -> None:
         """Count and log the rollout's finished games, those of every rank, each at the global env
         step where it ended (in a data-parallel run every rank counts them all, in step, rank, env order)."""
-        ranks = self.context.gather(self.finished)
+        ranks = gather_games(self.finished, self.config.num_envs * self.config.rollout_size, self.context)
         self.finished = []
         games = sorted((t, rank, i, r, length) for rank, finished in enumerate(ranks) for t, i, r, length in finished)
         for t, _, _, episode_return, length in games:
@@ -215,9 +215,7 @@ class Runner:
                     batch = self.collect()
                     self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
                     terms = self.agent.loss(batch)
-                    # The loss of the whole batch, every rank's part, judges a2c_best_loss.
-                    total = self.context.mean({"total": float(terms["total"].detach())})["total"]
-                    self.checkpoints.loss_computed(st, total)
+                    self.checkpoints.loss_computed(st, float(terms["total"].detach()))
                     stats = self.agent.step(terms)
                     st.update += 1
                     st.step += self.steps_per_update
