@@ -50,6 +50,8 @@ class Runner:
     and the best evaluated weights are kept in ``a2c_best_eval``.
     """
 
+    HISTOGRAMS = ("advantages", "values", "returns")  # Batch fields logged as rollout/<name> histograms
+
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
                  evaluator: Optional[Evaluator] = None, context: RunContext = RunContext()) -> None:
@@ -187,23 +189,21 @@ class Runner:
         ``a2c_last`` is written periodically and always on the way out, and TensorBoard is flushed.
         """
         cfg, st, metrics = self.config, self.state, self.metrics
-        metrics.start_progress(cfg.total_steps, st.step, cfg.progress)
+        metrics.start_progress(planned_steps(cfg), st.step, cfg.progress)
         skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
         with self.stop:
             try:
-                while st.update < cfg.num_updates and not self.context.any(self.stop.requested):
+                while not self.finished() and not self.context.any(self.stop.requested):
                     # Set every update, so a resumed optimizer state never brings back a stale rate.
-                    self.agent.set_lr(scheduled_lr(cfg, st.update))
+                    self.agent.set_lr(scheduled_lr(cfg, st.update, st.step))
                     self.new_episodes = 0
                     batch = self.collect()
                     self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
-                    terms = self.agent.loss(batch)
-                    self.checkpoints.loss_computed(st, float(terms["total"].detach()))
-                    stats = self.agent.step(terms)
+                    stats = self.learn(batch)
+                    steps = self.env_steps(batch)
                     st.update += 1
-                    st.step += cfg.steps_per_update
-                    stats.update(rollout_stats(batch))
+                    st.step += steps
                     stats["lr"] = self.agent.lr
                     self.history.append(stats)
 
@@ -226,14 +226,14 @@ class Runner:
                         metrics.log_interval(st.step, self.agent.lr, fps)
                         self._log_core_health()
                     if st.update % cfg.histogram_interval == 0:
-                        for name in ("advantages", "values", "returns"):
+                        for name in self.HISTOGRAMS:
                             metrics.histogram(f"rollout/{name}", getattr(batch, name), st.step)
                         self._log_physics()
                     if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
                         self.evaluate()
                     if st.update % cfg.checkpoint_interval == 0:
                         self.save("a2c_last")
-                    metrics.progress(cfg.steps_per_update, *((st.episodes.mean, st.episodes.count)
+                    metrics.progress(steps, *((st.episodes.mean, st.episodes.count)
                                                              if st.update % 10 == 0 else ()))
             finally:
                 try:  # still inside: a second Ctrl+C cannot cut this write short
@@ -243,6 +243,23 @@ class Runner:
         if self.stop.requested and not self.stop_reason:
             self.stop_reason = self.stop.reason
         return st
+
+    def finished(self) -> bool:
+        """The run has done ``num_updates`` updates, or ``max_env_steps`` env steps where that is set."""
+        cfg, st = self.config, self.state
+        return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
+
+    def learn(self, batch: Batch) -> dict[str, float]:
+        """One A2C update on the rollout (the loss, then the step); the stats to log."""
+        terms = self.agent.loss(batch)
+        self.checkpoints.loss_computed(self.state, float(terms["total"].detach()))
+        stats = self.agent.step(terms)
+        stats.update(rollout_stats(batch))
+        return stats
+
+    def env_steps(self, batch: Batch) -> int:
+        """Env steps that ``batch`` holds: every env, every step of the rollout."""
+        return self.config.steps_per_update
 
     def _log_physics(self) -> None:
         """``physics/<name>``: histograms of the physics drawn for the episodes begun since the last
@@ -300,11 +317,22 @@ def rollout_stats(batch: Batch) -> dict[str, float]:
             "rollout/advantage_std": float(batch.advantages.std())}
 
 
-def scheduled_lr(config: Config, update: int) -> float:
-    """Learning rate at ``update``: constant, or decayed linearly to 0 at ``config.num_updates``."""
+def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
+    """Learning rate at ``update`` (and env ``step``): constant, or decayed linearly to 0 at the end
+    of the run (``num_updates``, or ``max_env_steps`` if that comes first)."""
     if config.lr_schedule == "linear":
-        return linear_schedule(config.lr, update / config.num_updates)
+        progress = update / config.num_updates
+        if config.max_env_steps is not None:
+            progress = max(progress, step / config.max_env_steps)
+        return linear_schedule(config.lr, progress)
     return config.lr
+
+
+def planned_steps(config: Config) -> int:
+    """The env steps a run is planned for: ``num_updates`` updates, or fewer with ``max_env_steps``."""
+    if config.max_env_steps is None:
+        return config.total_steps
+    return min(config.total_steps, config.max_env_steps)
 
 
 def save_settings(config: Config, run_dir: str, writer: Any = None) -> None:
