@@ -295,3 +295,20 @@ def test_grpo_learns_cartpole(tmp_path):
 def test_bad_grpo_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
     assert not os.listdir(tmp_path)  # refused before a run directory was made
+
+
+@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", ["--vec-env", "async"]),  # Gaussian policy
+                                              ("CartPole-v1", ["--recurrent", "--randomize-domain"])])
+def test_grpo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
+    """Continuous actions (a Gaussian's log-probs of whole episodes), a recurrent policy (run over
+    each minibatch's episodes from their zero state) and randomized physics all train and save."""
+    argv = ["--env-name", env_name, "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--horizon", "40",
+            "--num-updates", "2", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path), *flags]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
+    last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
+    assert last["update"] == 2 and 2 * 4 <= last["step"] <= 2 * 4 * 40
+    if env_name == "Pendulum-v1":  # its episodes never end before 200 steps: every member plays the horizon
+        assert last["step"] == 2 * 4 * 40
+    assert last["model_spec"]["continuous"] is (env_name == "Pendulum-v1")
+    assert last["model_spec"]["recurrent"] is ("--recurrent" in flags)
