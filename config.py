@@ -93,9 +93,9 @@ class Group:
     group's mean only, as Dr. GRPO (with --algo grpo)."""
     clip_eps: float = 0.2
     """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo grpo)."""
-    update_epochs: int = 4
+    update_epochs: int = 8
     """Passes over each round's data (with --algo grpo)."""
-    minibatches: int = 4
+    minibatches: int = 16
     """Minibatches of members per pass, one gradient step each (with --algo grpo)."""
     kl_coeff: float = 0.0
     """Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with --algo grpo)."""

@@ -159,8 +159,8 @@ class GRPOAgent(A2CAgent):
     penalty's reference, refreshed every ``ref_interval`` updates and saved in full checkpoints.
     """
 
-    def __init__(self, model: ActorCritic, *, group_size: int, clip_eps: float = 0.2, update_epochs: int = 4,
-                 minibatches: int = 4, kl_coeff: float = 0.0, ref_interval: int = 10, scale_by_std: bool = True,
+    def __init__(self, model: ActorCritic, *, group_size: int, clip_eps: float = 0.2, update_epochs: int = 8,
+                 minibatches: int = 16, kl_coeff: float = 0.0, ref_interval: int = 10, scale_by_std: bool = True,
                  **kwargs: Any) -> None:
         if model.critic is not None:
             raise ValueError("GRPO trains a network without a critic (critic=False)")
