@@ -298,11 +298,18 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
                     channels_last=speed.channels_last, encoder_chunk=speed.encoder_chunk,
                     forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
-    return A2CAgent(model, lr=config.lr, optimizer=config.optimizer, value_coeff=config.value_coeff,
-                    entropy_coeff=config.entropy_coeff, max_grad_norm=config.max_grad_norm,
-                    gamma=config.gamma, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
+    common = dict(lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
+                  max_grad_norm=config.max_grad_norm, gamma=config.gamma)
+    if config.algo == "grpo":
+        from grpo import GRPOAgent  # grpo.py builds on this module
+
+        group = config.group
+        return GRPOAgent(model, group_size=group.size, clip_eps=group.clip_eps, update_epochs=group.update_epochs,
+                         minibatches=group.minibatches, kl_coeff=group.kl_coeff, ref_interval=group.ref_interval,
+                         scale_by_std=group.scale_by_std, **common)
+    return A2CAgent(model, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
                     icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
-                    normalize_intrinsic=curiosity.normalize)
+                    normalize_intrinsic=curiosity.normalize, **common)
 
 
 def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False,

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
+ALGOS = ("a2c", "grpo")  # agent.A2CAgent, or grpo.GRPOAgent (critic-free, group-relative advantages)
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
@@ -33,9 +34,18 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def defaults_for(env_name: str, vector: bool) -> dict[str, Any]:
-    """The settings in which ``env_name`` departs from the Atari defaults (empty for Atari games)."""
-    return {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
+# --algo grpo on top of its env's defaults: no critic, Adam at PPO's 3e-4 (several epochs of
+# minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
+# (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length.
+GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "num_envs": 32, "optimizer": "adam", "lr": 3e-4,
+                                 "lr_schedule": "constant", "num_updates": 1_000_000, "max_env_steps": 1_000_000}
+
+
+def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
+    """The settings in which ``env_name`` (and ``algo``) depart from the Atari defaults (empty for
+    A2C on Atari games)."""
+    family = {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
+    return {**family, **GRPO_DEFAULTS} if algo == "grpo" else family
 
 
 def env_seed(seed: int, *, update: int = 0, evaluation: bool = False) -> int:
@@ -67,6 +77,30 @@ class Curiosity:
     """Divide intrinsic rewards by their running standard deviation (with --icm)."""
     forward_trains_encoder: bool = True
     """Let the forward loss train the ICM's encoder phi, as in the paper; off, phi learns from the inverse loss alone (with --icm)."""
+
+
+@dataclass
+class Group:
+    """Group-relative policy optimization's settings (``--algo grpo``; ``grpo.py``): one block of a run's settings."""
+    size: int = 8
+    """Envs in a group: they reset with one seed (the same start state) and each member's advantage
+    is its return against the group's (with --algo grpo; must divide --num-envs)."""
+    horizon: int = 0
+    """Steps a member plays at most in a round (0: until its episode ends, within the env's own
+    time limit) (with --algo grpo)."""
+    scale_by_std: bool = True
+    """Divide each advantage by its group's standard deviation; --no-group-std: the return minus the
+    group's mean only, as Dr. GRPO (with --algo grpo)."""
+    clip_eps: float = 0.2
+    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo grpo)."""
+    update_epochs: int = 8
+    """Passes over each round's data (with --algo grpo)."""
+    minibatches: int = 16
+    """Minibatches of members per pass, one gradient step each (with --algo grpo)."""
+    kl_coeff: float = 0.0
+    """Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with --algo grpo)."""
+    ref_interval: int = 10
+    """Updates between refreshes of the KL reference to the current policy (with --algo grpo --kl-coeff)."""
 
 
 @dataclass
@@ -136,10 +170,16 @@ class Config:
     """The heads read the encoder's features beside the LSTM's output (a skip connection around the core)."""
 
     # --- algorithm
+    algo: str = "a2c"
+    """a2c: advantage actor-critic; grpo: critic-free group-relative policy optimization (vector-observation envs)."""
+    group: Group = field(default_factory=Group)
+    """GRPO's settings (see :class:`Group`)."""
     rollout_size: int = 5
     """Steps per env in one rollout: the n of n-step returns and the length of truncated BPTT."""
     num_updates: int = 125_000
     """Gradient updates in the whole run (125,000 x 16 envs x 5 steps = 10M env steps)."""
+    max_env_steps: Optional[int] = None
+    """Stop once this many env steps are done, if before --num-updates (GRPO's rounds vary in length)."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 1.0
@@ -225,7 +265,7 @@ FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "i
               "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
               "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
               "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
-BLOCKS = {"curiosity": Curiosity, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
+BLOCKS = {"curiosity": Curiosity, "group": Group, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
 def setting_names() -> list[str]:

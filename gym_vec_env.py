@@ -77,12 +77,22 @@ class GymVecEnv(VecEnv):
                 self.envs = gym.vector.AsyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.seed_base, self.mode, self.env_id = seed, mode, env_id
         self._seeded = False
+        self._next_seeds: Optional[list[int]] = None
         self._actions: Optional[np.ndarray] = None
         super().__init__(num_envs, self.envs.single_observation_space, self.envs.single_action_space)
 
+    def set_reset_seeds(self, seeds: Sequence[int]) -> None:
+        """The next :meth:`reset` seeds env i with ``seeds[i]`` (e.g. one seed for a whole group of
+        envs, so that they start from the same state); later resets go on as before."""
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"{len(seeds)} seeds for {self.num_envs} envs")
+        self._next_seeds = [int(s) for s in seeds]
+
     def reset(self) -> np.ndarray:
-        """First call: env i reset with seed ``seed + i``; later calls continue each env's own stream."""
+        """First call: env i reset with seed ``seed + i``; later calls continue each env's own stream,
+        unless :meth:`set_reset_seeds` gave the seeds of this one."""
         seeds = [self.seed_base + i for i in range(self.num_envs)] if not self._seeded else None
+        seeds, self._next_seeds = self._next_seeds or seeds, None
         self._seeded = True
         obs, info = self.envs.reset(seed=seeds)
         self.reset_infos = [_physics_of(info, i) for i in range(self.num_envs)]

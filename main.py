@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, env_seed, field_doc,
+from config import (ALGOS, ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, env_seed, field_doc,
                     get_setting, setting_names, with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
@@ -22,7 +22,10 @@ from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defa
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
 RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "feature_norm", "core_skip",
                 "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir", "curiosity.enabled",
-                "curiosity.normalize"}
+                "curiosity.normalize", "algo", "group.size"}
+# Settings of --algo grpo only: typed for A2C they are refused rather than silently ignored.
+GRPO_ONLY = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
+                                               "minibatches", "kl_coeff", "ref_interval"))
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
@@ -73,8 +76,18 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--feature-norm", "feature_norm")
     switch("--core-skip", "core_skip")
     switch("--lstm-norm", "lstm_norm")
+    flag("--algo", field="algo", choices=list(ALGOS))
+    flag("--group-size", field="group.size", type=positive_int, metavar="G")
+    flag("--horizon", field="group.horizon", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="T")
+    switch("--group-std", "group.scale_by_std")
+    flag("--clip-eps", field="group.clip_eps", type=positive_float)
+    flag("--update-epochs", field="group.update_epochs", type=positive_int, metavar="N")
+    flag("--minibatches", field="group.minibatches", type=positive_int, metavar="N")
+    flag("--kl-coeff", field="group.kl_coeff", type=non_negative)
+    flag("--ref-interval", field="group.ref_interval", type=positive_int, metavar="N")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
+    flag("--max-env-steps", field="max_env_steps", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)
     flag("--gae-lambda", field="gae_lambda", type=unit)
     switch("--critic", "critic")
@@ -278,7 +291,7 @@ def with_env_defaults(config: Config, typed: set[str]) -> Config:
     from envs import check_env_id, is_atari
 
     check_env_id(config.env_name)
-    family = defaults_for(config.env_name, vector=not is_atari(config.env_name))
+    family = defaults_for(config.env_name, vector=not is_atari(config.env_name), algo=config.algo)
     return with_settings(config, {name: value for name, value in family.items() if name not in typed})
 
 
@@ -316,6 +329,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from utils import UsageError, probe_writable, seed_everything
 
     context = distributed.context_from_environment()
+    if context.world_size > 1 and config.algo == "grpo":
+        raise UsageError("--algo grpo trains in one process for now: start it with python, not torchrun")
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
@@ -327,6 +342,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
         check_env(config.env_name)
+        if config.algo == "grpo":
+            check_grpo(config)
         if not is_atari(config.env_name):
             if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
@@ -384,7 +401,13 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, max_episode_frames=config.max_episode_frames,
                                           vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
-        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
+        if config.algo == "grpo":
+            from grpo import GroupRunner
+
+            runner = GroupRunner(agent, envs, config, run_dir, state=state, writer=writer, evaluator=evaluator,
+                                 horizon=grpo_horizon(config))
+        else:
+            runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         final = runner.train()
         if writer is not None:
             writer.close()
@@ -417,6 +440,50 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
         line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
                  f"and goes on with {total_envs}")
     return line
+
+
+def check_grpo_flags(config: Config, typed: set[str]) -> None:
+    """GRPO's flags typed for an A2C run are refused, not ignored."""
+    from utils import UsageError
+
+    grpo_typed = [name for name in GRPO_ONLY if name in typed]
+    if grpo_typed and config.algo != "grpo":
+        raise UsageError(f"{_flag(grpo_typed[0])} is for --algo grpo")
+
+
+def check_grpo(config: Config) -> None:
+    """Refuse, in one line, the settings that --algo grpo cannot train with."""
+    from envs import is_atari
+    from utils import UsageError
+
+    if is_atari(config.env_name):
+        raise UsageError(f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on "
+                         f"{config.env_name}")
+    for enabled, flag in ((config.curiosity.enabled, "--icm"), (config.critic, "--critic"),
+                          (config.normalize_reward, "--normalize-reward")):
+        if enabled:
+            raise UsageError(f"--algo grpo trains without a critic and with group-relative returns; {flag} is for "
+                             f"--algo a2c")
+    size = config.group.size
+    if size < 2:
+        raise UsageError(f"--group-size must be at least 2 (a member's baseline is the rest of its group), got {size}")
+    if config.num_envs % size:
+        raise UsageError(f"--group-size {size} must divide --num-envs {config.num_envs} (each env in one group)")
+    grpo_horizon(config)
+
+
+def grpo_horizon(config: Config) -> int:
+    """Steps a GRPO member plays at most in a round: ``--horizon``, or the env's own time limit."""
+    import gymnasium as gym
+
+    from utils import UsageError
+
+    if config.group.horizon:
+        return config.group.horizon
+    limit = config.max_episode_frames or gym.spec(config.env_name).max_episode_steps
+    if not limit:
+        raise UsageError(f"{config.env_name} has no time limit: give --algo grpo a --horizon")
+    return int(limit)
 
 
 def play(config: Config, typed: set[str], load: str, episodes: int, *, deterministic: bool = False,
@@ -570,7 +637,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             checkpoint = load_checkpoint(args.resume)
             config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
+            check_grpo_flags(config, typed)
             return train(config, args.resume, checkpoint)
+        check_grpo_flags(config, typed)
         return train(with_env_defaults(config, typed))
     except UsageError as exc:
         # Under torchrun every rank checks the same input: one line a machine, unless only this rank saw it.

@@ -51,6 +51,8 @@ class Runner:
     and the best evaluated weights are kept in ``a2c_best_eval``.
     """
 
+    HISTOGRAMS = ("advantages", "values", "returns")  # Batch fields logged as rollout/<name> histograms
+
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
                  evaluator: Optional[Evaluator] = None, context: RunContext = RunContext()) -> None:
@@ -81,7 +83,7 @@ class Runner:
         self.warned_dead_core = False
         self.metrics = Metrics(writer, enabled=context.is_main)
         self.new_episodes = 0  # episodes finished in the current update (on every rank)
-        self.finished: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
+        self.ended_games: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
         self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
         self.reward_part_sums: dict[str, torch.Tensor] = {}
         # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
@@ -154,14 +156,14 @@ class Runner:
                 self.drawn_physics.append(info["physics"])
             episode = info.get("episode")
             if episode is not None:
-                self.finished.append((t, i, float(episode["r"]), int(episode["l"])))
+                self.ended_games.append((t, i, float(episode["r"]), int(episode["l"])))
                 self.episode_ends.append((t, i))
 
     def _record_episodes(self) -> None:
         """Count and log the rollout's finished games, those of every rank, each at the global env
         step where it ended (in a data-parallel run every rank counts them all, in step, rank, env order)."""
-        ranks = gather_games(self.finished, self.config.num_envs * self.config.rollout_size, self.context)
-        self.finished = []
+        ranks = gather_games(self.ended_games, self.config.num_envs * self.config.rollout_size, self.context)
+        self.ended_games = []
         games = sorted((t, rank, i, r, length) for rank, finished in enumerate(ranks) for t, i, r, length in finished)
         for t, _, _, episode_return, length in games:
             step = self.state.step + (t + 1) * self.config.num_envs * self.context.world_size
@@ -203,23 +205,21 @@ class Runner:
         ``a2c_last`` is written periodically and always on the way out, and TensorBoard is flushed.
         """
         cfg, st, metrics = self.config, self.state, self.metrics
-        metrics.start_progress(cfg.num_updates * self.steps_per_update, st.step, cfg.progress)
+        metrics.start_progress(planned_steps(cfg, self.context.world_size), st.step, cfg.progress)
         skipped_in_a_row = 0
         tic, tic_step = time.perf_counter(), st.step
         with self.stop:
             try:
-                while st.update < cfg.num_updates and not self.context.any(self.stop.requested):
+                while not self.finished() and not self.context.any(self.stop.requested):
                     # Set every update, so a resumed optimizer state never brings back a stale rate.
-                    self.agent.set_lr(scheduled_lr(cfg, st.update))
+                    self.agent.set_lr(scheduled_lr(cfg, st.update, st.step))
                     self.new_episodes = 0
                     batch = self.collect()
                     self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
-                    terms = self.agent.loss(batch)
-                    self.checkpoints.loss_computed(st, float(terms["total"].detach()))
-                    stats = self.agent.step(terms)
+                    stats = self.learn(batch)
+                    steps = self.env_steps(batch) * self.context.world_size  # the env steps of every rank
                     st.update += 1
-                    st.step += self.steps_per_update
-                    stats.update(rollout_stats(batch))
+                    st.step += steps
                     stats = self.context.mean(stats)  # the losses and rollout statistics of every rank
                     stats["lr"] = self.agent.lr
                     self.history.append(stats)
@@ -243,14 +243,14 @@ class Runner:
                         metrics.log_interval(st.step, self.agent.lr, fps)
                         self._log_core_health()
                     if st.update % cfg.histogram_interval == 0:
-                        for name in ("advantages", "values", "returns"):
+                        for name in self.HISTOGRAMS:
                             metrics.histogram(f"rollout/{name}", getattr(batch, name), st.step)
                         self._log_physics()
                     if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
                         self.evaluate()
                     if st.update % cfg.checkpoint_interval == 0:
                         self.save("a2c_last")
-                    metrics.progress(self.steps_per_update, *((st.episodes.mean, st.episodes.count)
+                    metrics.progress(steps, *((st.episodes.mean, st.episodes.count)
                                                              if st.update % 10 == 0 else ()))
             finally:
                 try:  # still inside: a second Ctrl+C cannot cut this write short
@@ -260,6 +260,23 @@ class Runner:
         if self.stop.requested and not self.stop_reason:
             self.stop_reason = self.stop.reason
         return st
+
+    def finished(self) -> bool:
+        """The run has done ``num_updates`` updates, or ``max_env_steps`` env steps where that is set."""
+        cfg, st = self.config, self.state
+        return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
+
+    def learn(self, batch: Batch) -> dict[str, float]:
+        """One A2C update on the rollout (the loss, then the step); the stats to log."""
+        terms = self.agent.loss(batch)
+        self.checkpoints.loss_computed(self.state, float(terms["total"].detach()))
+        stats = self.agent.step(terms)
+        stats.update(rollout_stats(batch))
+        return stats
+
+    def env_steps(self, batch: Batch) -> int:
+        """Env steps that ``batch`` holds: every env, every step of the rollout."""
+        return self.config.steps_per_update
 
     def _log_physics(self) -> None:
         """``physics/<name>``: histograms of the physics drawn for the episodes begun since the last
@@ -317,11 +334,23 @@ def rollout_stats(batch: Batch) -> dict[str, float]:
             "rollout/advantage_std": float(batch.advantages.std())}
 
 
-def scheduled_lr(config: Config, update: int) -> float:
-    """Learning rate at ``update``: constant, or decayed linearly to 0 at ``config.num_updates``."""
+def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
+    """Learning rate at ``update`` (and env ``step``): constant, or decayed linearly to 0 at the end
+    of the run (``num_updates``, or ``max_env_steps`` if that comes first)."""
     if config.lr_schedule == "linear":
-        return linear_schedule(config.lr, update / config.num_updates)
+        progress = update / config.num_updates
+        if config.max_env_steps is not None:
+            progress = max(progress, step / config.max_env_steps)
+        return linear_schedule(config.lr, progress)
     return config.lr
+
+
+def planned_steps(config: Config, world_size: int = 1) -> int:
+    """The env steps a run is planned for: ``num_updates`` updates of ``world_size`` ranks, or fewer
+    with ``max_env_steps``."""
+    if config.max_env_steps is None:
+        return config.total_steps * world_size
+    return min(config.total_steps * world_size, config.max_env_steps)
 
 
 def save_settings(config: Config, run_dir: str, writer: Any = None) -> None:

@@ -8,7 +8,8 @@ configuration trains once per ``--seeds`` seed, for an env-step budget of ``--st
         --num-updates U FLAGS
 
 with ``U = ceil(steps / (num_envs * rollout_size))`` (both read from the run's flags) and FLAGS
-the common ``--flags`` followed by the configuration's own. ``--parallel`` runs train at a time,
+the common ``--flags`` followed by the configuration's own. A GRPO run (``--algo grpo``), whose
+updates vary in env steps, gets ``--max-env-steps steps`` after its flags instead. ``--parallel`` runs train at a time,
 one torch thread each so that they share the machine evenly; the next starts when one ends. A
 run's console output goes to ``LOG_DIR/NAME_seedS/train.log``.
 
@@ -89,7 +90,8 @@ PRESETS = {
 
 # Settings the study gives each run itself, and flags that would make a run no training run (or
 # one without the TensorBoard logs the report reads): refused in a configuration's flags.
-STUDY_OWNED = {"env_name": "--env-name", "seed": "--seeds", "log_dir": "--log-dir", "num_updates": "--steps"}
+STUDY_OWNED = {"env_name": "--env-name", "seed": "--seeds", "log_dir": "--log-dir", "num_updates": "--steps",
+               "max_env_steps": "--steps"}
 NOT_TRAINING = ("resume", "eval", "load", "plot", "out")
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # usable as a directory name everywhere
@@ -147,9 +149,21 @@ def check_flags(flags: Sequence[str]) -> None:
 def updates_for(steps: int, flags: Sequence[str], env_name: str = "PongNoFrameskip-v4") -> int:
     """``main.py --num-updates`` for a budget of ``steps`` env steps: ``ceil(steps / (num_envs * rollout_size))``,
     both taken from ``flags`` (the last one given wins, as in main.py) or main.py's defaults for ``env_name``."""
-    config, _, typed = train_cli.parse_args(["--env-name", env_name, *flags])
-    settings = train_cli.with_env_defaults(config, typed)
+    settings = _settings(flags, env_name)
+    if settings.algo == "grpo":  # rounds vary in length: the budget is --max-env-steps (see step_budget)
+        return settings.num_updates
     return max(1, math.ceil(steps / (settings.num_envs * settings.rollout_size)))
+
+
+def step_budget(steps: int, flags: Sequence[str], env_name: str = "PongNoFrameskip-v4") -> list[str]:
+    """Flags that hold a run to ``steps`` env steps where its update count cannot (``--algo grpo``,
+    whose rounds vary in length: ``--max-env-steps``); none for A2C."""
+    return ["--max-env-steps", str(steps)] if _settings(flags, env_name).algo == "grpo" else []
+
+
+def _settings(flags: Sequence[str], env_name: str) -> Any:
+    config, _, typed = train_cli.parse_args(["--env-name", env_name, *flags])
+    return train_cli.with_env_defaults(config, typed)
 
 
 def run_name(name: str, seed: int) -> str:
@@ -602,6 +616,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         except ValueError as exc:
             p.error(f"configuration {name}: {exc}")
         updates = updates_for(args.steps, flags, args.env_name)
+        flags = flags + step_budget(args.steps, flags, args.env_name)
         runs += [Run(name, seed, flags, own, updates, os.path.join(args.log_dir, run_name(name, seed)), order)
                  for seed in seeds]
     try:

@@ -86,6 +86,10 @@ def test_updates_cover_the_step_budget_with_main_py_s_envs_and_rollout_length():
     assert study.updates_for(41, ["--num-envs", "2"]) == 5
     assert study.updates_for(1, []) == 1
     assert study.updates_for(1_000_000, [], "CartPole-v1") == 25_000  # its own default: 8 envs x 5 steps
+    # GRPO's rounds vary in length: its budget is a step limit, and the update count no bound.
+    assert study.step_budget(300_000, ["--algo", "grpo"], "CartPole-v1") == ["--max-env-steps", "300000"]
+    assert study.step_budget(300_000, [], "CartPole-v1") == []
+    assert study.updates_for(300_000, ["--algo", "grpo"], "CartPole-v1") >= 300_000
 
 
 def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_flags_last():

@@ -1,0 +1,335 @@
+"""Group-relative policy optimization (GRPO; Shao et al. 2024): policy gradients without a critic.
+
+The baseline of an action is not a learned value but the other members of its group. A group is
+``group_size`` envs reset with one seed, so that its members start from the same state; each then
+plays the current policy until its episode ends or ``horizon`` steps pass. One update reads::
+
+    reset every group with a fresh seed -> play until every member is done -> group advantages
+    -> ``update_epochs`` passes of clipped policy-gradient steps over minibatches of members
+
+Signals, as everywhere in the project (storage.py): ``episode_starts[t, i] = 1`` where the
+observation at step t starts env i's episode; ``mask[t, i] = 1`` where step t belongs to member i's
+episode (a member that has finished is masked out of every later step, which never reaches a loss).
+
+Advantage of member i of group g, with ``G_i`` its discounted return over its episode::
+
+    A_i = (G_i - mean_g(G)) / std_g(G)      (or without the division: --no-group-std, Dr. GRPO)
+
+the same for every step of the member's episode. A group whose returns are all equal carries no
+signal: its members are left out of the loss (and counted), never divided by a zero spread.
+
+Objective, averaged over every valid step ``(t, i)`` of a minibatch (each step weighs the same,
+so a long episode is not diluted), with ``ratio = pi(a|s) / pi_old(a|s)``::
+
+    policy  = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))
+    kl      = mean(exp(ref - logp) - (ref - logp) - 1)       (k3 estimator of KL(pi || pi_ref))
+    total   = policy - entropy_coeff * mean(H(pi)) + kl_coeff * kl
+
+With one epoch of one minibatch the ratio is 1 and its gradient is that of ``log pi``, so the
+update is REINFORCE with the group mean as baseline (the estimator GRPO grew from).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from agent import A2CAgent
+from config import SEED_LIMIT
+from model import ActorCritic
+from runner import Runner
+
+# Groups' reset seeds start this far past the run's seed, apart from the evaluation envs' seeds
+# (config.EVAL_SEED_OFFSET past it) for the first million rounds of 4 groups.
+GROUP_SEED_OFFSET = 5_000_000
+
+# Returns of a group closer together than this count as equal: the group is skipped.
+EQUAL_RETURNS = 1e-6
+
+
+def episode_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Each member's discounted return ``G_i = sum_t gamma^k(t) r[t, i]`` over its own steps ``[N]``.
+
+    ``rewards`` and ``mask`` are ``[T, N]``; ``k(t)`` counts the member's valid steps before t, so
+    the discount starts at 1 on the member's first step. Masked steps add nothing.
+    """
+    with torch.no_grad():
+        mask = mask.float()
+        k = torch.cumsum(mask, 0) - mask  # valid steps before t
+        return (rewards.float() * mask * gamma ** k).sum(0)
+
+
+def group_advantages(returns: torch.Tensor, group_size: int,
+                     scale_by_std: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages ``[N]`` of ``N = groups x group_size`` members and which groups carry a signal.
+
+    Member ``i`` belongs to group ``i // group_size``. ``A_i = G_i - mean`` of its group, over the
+    group's standard deviation (population, as over the whole group) with ``scale_by_std``.
+    Returns ``(advantages, informative)``: ``informative[g]`` is False where group g's returns are
+    all equal; its members' advantages are 0 (no division by zero) and they should not train.
+    """
+    if returns.dim() != 1 or returns.numel() % group_size:
+        raise ValueError(f"returns must be [groups * {group_size}], got {tuple(returns.shape)}")
+    with torch.no_grad():
+        grouped = returns.float().view(-1, group_size)
+        centred = grouped - grouped.mean(1, keepdim=True)
+        std = grouped.std(1, unbiased=False, keepdim=True)
+        informative = (grouped.max(1).values - grouped.min(1).values) > EQUAL_RETURNS
+        if scale_by_std:
+            centred = centred / torch.where(informative.unsqueeze(1), std, torch.ones_like(std))
+        centred = centred * informative.unsqueeze(1)
+        return centred.reshape(-1), informative
+
+
+def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-sample estimate of ``KL(pi || pi_ref)`` from actions sampled by pi (Schulman's k3):
+    ``exp(ref - logp) - (ref - logp) - 1``, never negative, 0 where the policies agree."""
+    delta = ref_log_probs - log_probs
+    return torch.exp(delta) - delta - 1.0
+
+
+def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the entries where ``weights`` is 1 (0 when there are none)."""
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def grpo_loss(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
+              advantages: torch.Tensor, weights: torch.Tensor, clip_eps: float, entropy_coeff: float,
+              kl_coeff: float = 0.0, ref_log_probs: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    """The clipped surrogate, entropy and KL terms over the steps where ``weights`` is 1.
+
+    ``advantages`` are per step (the member's advantage broadcast over its steps); all tensors are
+    ``[T, N]`` but ``actions`` (``[T, N]`` or ``[T, N, A]``). ``clip_eps = inf`` leaves the ratio
+    unclipped. Besides the loss terms, ``clip_fraction`` (share of steps whose ratio was clipped)
+    and ``approx_kl`` (k3 estimate of KL(pi_old || pi)) come detached.
+    """
+    log_probs = dist.log_prob(actions)
+    log_ratio = log_probs - old_log_probs
+    ratio = torch.exp(log_ratio)
+    surrogate = torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
+    policy = -masked_mean(surrogate, weights)
+    entropy = masked_mean(dist.entropy(), weights)
+    terms = {"policy": policy, "entropy": entropy, "total": policy - entropy_coeff * entropy}
+    if kl_coeff > 0 and ref_log_probs is not None:
+        terms["kl"] = masked_mean(k3_kl(log_probs, ref_log_probs), weights)
+        terms["total"] = terms["total"] + kl_coeff * terms["kl"]
+    with torch.no_grad():
+        terms["grpo/clip_fraction"] = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), weights)
+        terms["grpo/approx_kl"] = masked_mean(ratio - 1.0 - log_ratio, weights)
+    return terms
+
+
+@dataclass
+class GroupBatch:
+    """One round of groups, ready for the loss. Time-major ``[T, N]``; T is the longest episode."""
+
+    obs: torch.Tensor             # [T, N, ...]
+    episode_starts: torch.Tensor  # [T, N] float, 1 at each member's first step (t = 0)
+    actions: torch.Tensor         # [T, N] long, or [T, N, A] float
+    log_probs: torch.Tensor       # [T, N] log pi_old(a_t | s_t) of the policy that acted
+    rewards: torch.Tensor         # [T, N] env rewards (0 on masked steps)
+    mask: torch.Tensor            # [T, N] float, 1 where step t belongs to member i's episode
+    returns: torch.Tensor         # [N] discounted return of each member
+    advantages: torch.Tensor      # [N] group-relative advantage of each member
+    informative: torch.Tensor     # [groups] bool, False where a group's returns were all equal
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """``[T, N]``: 1 on the valid steps of members of informative groups, the steps that train."""
+        group_size = self.mask.shape[1] // self.informative.numel()
+        return self.mask * self.informative.repeat_interleave(group_size).float().unsqueeze(0)
+
+    @property
+    def env_steps(self) -> int:
+        """Transitions the members played in their episodes (the steps of finished members' idle
+        envs after their episode ended are not counted)."""
+        return int(self.mask.sum())
+
+
+class GRPOAgent(A2CAgent):
+    """An agent without a critic, trained on whole groups of episodes (see the module's doc).
+
+    Acting, the optimizer, gradient clipping and checkpoints are :class:`agent.A2CAgent`'s; the
+    update is :meth:`learn`. With ``kl_coeff > 0`` a frozen copy of the policy is the KL
+    penalty's reference, refreshed every ``ref_interval`` updates and saved in full checkpoints.
+    """
+
+    def __init__(self, model: ActorCritic, *, group_size: int, clip_eps: float = 0.2, update_epochs: int = 8,
+                 minibatches: int = 16, kl_coeff: float = 0.0, ref_interval: int = 10, scale_by_std: bool = True,
+                 **kwargs: Any) -> None:
+        if model.critic is not None:
+            raise ValueError("GRPO trains a network without a critic (critic=False)")
+        super().__init__(model, **kwargs)
+        self.group_size, self.clip_eps = group_size, clip_eps
+        self.update_epochs, self.minibatches = update_epochs, minibatches
+        self.kl_coeff, self.ref_interval, self.scale_by_std = kl_coeff, ref_interval, scale_by_std
+        self.reference: Optional[ActorCritic] = None
+        if kl_coeff > 0:
+            self.reference = copy.deepcopy(model).requires_grad_(False)
+        self.updates = 0  # updates done, for the reference's refresh (restored from checkpoints)
+
+    def make_group_batch(self, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
+                         log_probs: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor) -> GroupBatch:
+        """A round's tensors with each member's return and its group-relative advantage."""
+        returns = episode_returns(rewards, mask, self.gamma)
+        advantages, informative = group_advantages(returns, self.group_size, self.scale_by_std)
+        return GroupBatch(obs, episode_starts, actions, log_probs, rewards * mask, mask, returns, advantages,
+                          informative)
+
+    def sequence_policy(self, batch: GroupBatch, members: torch.Tensor) -> torch.distributions.Distribution:
+        """The current policy at every step of ``members`` (their episodes run from their start,
+        so a recurrent core starts from zeros)."""
+        state = self.model.initial_state(len(members), self.device)
+        logits, _, _ = self.model.forward_sequence(batch.obs[:, members], state, batch.episode_starts[:, members])
+        return self.model.distribution(logits)
+
+    def loss(self, batch: GroupBatch, members: Optional[torch.Tensor] = None,
+             ref_log_probs: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """The GRPO loss terms on ``members`` (all by default) of a round."""
+        if members is None:
+            members = torch.arange(batch.mask.shape[1], device=batch.mask.device)
+        dist = self.sequence_policy(batch, members)
+        advantages = batch.advantages[members].unsqueeze(0).expand_as(batch.mask[:, members])
+        return grpo_loss(dist, batch.actions[:, members], batch.log_probs[:, members], advantages,
+                         batch.weights[:, members], self.clip_eps, self.entropy_coeff, self.kl_coeff,
+                         None if ref_log_probs is None else ref_log_probs[:, members])
+
+    @torch.no_grad()
+    def reference_log_probs(self, batch: GroupBatch) -> Optional[torch.Tensor]:
+        """``log pi_ref(a_t | s_t)`` ``[T, N]`` of the round's actions, or None without a KL penalty."""
+        if self.reference is None:
+            return None
+        state = self.reference.initial_state(batch.mask.shape[1], self.device)
+        logits, _, _ = self.reference.forward_sequence(batch.obs, state, batch.episode_starts)
+        return self.reference.distribution(logits).log_prob(batch.actions)
+
+    def learn(self, batch: GroupBatch, generator: Optional[torch.Generator] = None) -> dict[str, float]:
+        """``update_epochs`` passes over the round's members in ``minibatches`` shuffled minibatches,
+        one clipped gradient step each. Returns the mean of each term over the steps taken, and
+        ``grpo/*`` statistics of the round. Without an informative group no step is taken."""
+        stats: dict[str, float] = {"skipped": 0.0}
+        groups = batch.informative.numel()
+        grouped = batch.returns.view(groups, -1)
+        stats["grpo/group_return_mean"] = float(grouped.mean())
+        stats["grpo/group_return_std"] = float(grouped.std(1, unbiased=False).mean())
+        stats["grpo/skipped_groups"] = float((~batch.informative).float().mean())
+        stats["grpo/episode_length"] = float(batch.mask.sum(0).mean())
+        if not bool(batch.informative.any()):
+            self._count_update()
+            return stats
+        ref_log_probs = self.reference_log_probs(batch)
+        # Only members that train are split into minibatches (the others weigh 0 in every loss).
+        members = torch.nonzero(batch.informative.repeat_interleave(self.group_size)).squeeze(1).to(self.device)
+        chunks = min(self.minibatches, len(members))
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.update_epochs):
+            order = members[torch.randperm(len(members), generator=generator).to(self.device)]
+            for part in torch.tensor_split(order, chunks):
+                result = self.step(self.loss(batch, part, ref_log_probs))
+                if result["skipped"]:
+                    stats["skipped"] = 1.0
+                    continue
+                steps += 1
+                for name, value in result.items():
+                    sums[name] = sums.get(name, 0.0) + value
+        stats.update({name: value / max(steps, 1) for name, value in sums.items() if name != "skipped"})
+        self._count_update()
+        return stats
+
+    def _count_update(self) -> None:
+        self.updates += 1
+        if self.reference is not None and self.updates % self.ref_interval == 0:
+            self.reference.load_state_dict(self.model.state_dict())
+
+    def state(self, full: bool = True) -> dict[str, Any]:
+        """A2C's checkpoint part, plus (full) the KL reference's weights and the update count."""
+        data = super().state(full)
+        if full:
+            data["grpo_updates"] = self.updates
+            if self.reference is not None:
+                data["reference"] = self.reference.state_dict()
+        return data
+
+    def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
+        super().load(checkpoint, path)
+        self.updates = int(checkpoint.get("grpo_updates", 0))
+        if self.reference is not None:
+            self.reference.load_state_dict(checkpoint.get("reference", self.model.state_dict()))
+
+
+def group_seeds(seed: int, round_index: int, groups: int, group_size: int) -> list[int]:
+    """Reset seeds of the ``groups x group_size`` envs in round ``round_index`` of a run seeded
+    ``seed``: group g's members all get the same seed, and no two groups of a run share one
+    (below :data:`config.SEED_LIMIT`, after which they wrap)."""
+    first = seed + GROUP_SEED_OFFSET + round_index * groups
+    return [(first + g) % SEED_LIMIT for g in range(groups) for _ in range(group_size)]
+
+
+class GroupRunner(Runner):
+    """:class:`runner.Runner` with GRPO's rounds: every update resets all groups with fresh seeds,
+    plays until every member's episode has ended (or ``horizon`` steps), and lets the agent learn
+    from the whole round. Logging, checkpoints, evaluation and stop signals are the Runner's; the
+    env-step axis counts the steps members played in their episodes.
+    """
+
+    HISTOGRAMS = ("advantages", "returns")
+
+    def __init__(self, agent: GRPOAgent, envs: Any, config: Any, run_dir: str, *, horizon: int,
+                 **kwargs: Any) -> None:
+        super().__init__(agent, envs, config, run_dir, **kwargs)
+        self.horizon = horizon
+        self.groups = config.num_envs // config.group.size
+
+    def collect(self) -> GroupBatch:  # type: ignore[override]
+        cfg, agent, st = self.config, self.agent, self.state
+        N = cfg.num_envs
+        self.envs.set_reset_seeds(group_seeds(cfg.seed, st.update, self.groups, cfg.group.size))
+        obs = self._to_tensor(self.envs.reset())
+        self.drawn_physics += [info["physics"] for info in getattr(self.envs, "reset_infos", []) if "physics" in info]
+        state = agent.model.initial_state(N, self.device)
+        starts = torch.ones(N, device=self.device)
+        alive = torch.ones(N, device=self.device)
+        steps: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "starts", "actions", "log_probs", "rewards", "mask")}
+        played = 0  # steps of members in their episodes so far this round
+        for _ in range(self.horizon):
+            actions, log_probs, _, state = agent.act(obs, state, starts)
+            next_obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
+            for name, value in (("obs", obs), ("starts", starts), ("actions", actions), ("log_probs", log_probs),
+                                ("rewards", torch.as_tensor(rewards, dtype=torch.float32, device=self.device)),
+                                ("mask", alive)):
+                steps[name].append(value)
+            played += int(alive.sum())
+            for i in torch.nonzero(alive).flatten().tolist():
+                episode = infos[i].get("episode")
+                if episode is not None:  # a member's whole episode, from the round's reset
+                    self.state.episodes.add(episode["r"])
+                    self.new_episodes += 1
+                    self.metrics.scalar("episode/return", episode["r"], st.step + played)
+                    self.metrics.scalar("episode/length", episode["l"], st.step + played)
+                    self.metrics.scalar("episode/return_mean100", st.episodes.mean, st.step + played)
+            dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
+            alive = alive * (1.0 - dones_t)
+            obs, starts = self._to_tensor(next_obs), dones_t
+            if not bool(alive.any()):
+                break
+        self.obs, self.recurrent_state, self.episode_starts = obs, state, starts  # for the core's health
+        stacked = {name: torch.stack(values) for name, values in steps.items()}
+        return agent.make_group_batch(stacked["obs"], stacked["starts"], stacked["actions"], stacked["log_probs"],
+                                      stacked["rewards"], stacked["mask"])
+
+    def learn(self, batch: GroupBatch) -> dict[str, float]:  # type: ignore[override]
+        """The agent's GRPO update; the round's loss before it is what ``a2c_best_loss`` judges."""
+        if bool(batch.informative.any()):
+            with torch.no_grad():
+                total = float(self.agent.loss(batch, ref_log_probs=self.agent.reference_log_probs(batch))["total"])
+            self.checkpoints.loss_computed(self.state, total)
+        return self.agent.learn(batch)
+
+    def env_steps(self, batch: GroupBatch) -> int:  # type: ignore[override]
+        return batch.env_steps
