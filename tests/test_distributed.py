@@ -265,10 +265,15 @@ def test_ranks_pool_their_normalizer_and_curiosity_statistics_and_refuse_other_s
                                                              "(lr); start every machine with the same command")
 
 
-def test_eval_and_plot_under_torchrun_are_refused(one_line_error, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
+def test_eval_plot_and_grpo_under_torchrun_are_refused(one_line_error, monkeypatch, tmp_path):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
     assert one_line_error(["--eval", "--load", "a2c_last"]) == (
         "error: --eval runs in one process: start it with python, not torchrun")
+    assert one_line_error(["--env-name", "CartPole-v1", "--algo", "grpo", "--log-dir", str(tmp_path)]) == (
+        "error: --algo grpo trains in one process for now: start it with python, not torchrun")
+    assert os.listdir(tmp_path) == []
 
 
 # ------------------------------------------------------------------------------------------------ stop, resume
