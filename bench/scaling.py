@@ -6,7 +6,9 @@ Two measurements, every run a real ``main.py`` run:
 
 * speed: ``--speed-env`` (Pong, the fast configuration ``--arch nature --no-recurrent``) with
   ``--speed-envs`` envs a process for ``--speed-updates`` updates: the batch grows with the world
-  size (weak scaling). The figure is the median of the ``train/steps_per_second`` the run logged
+  size (weak scaling). On each env path of ``--speed-vec-envs``: ``dummy`` keeps each process on
+  one thread; ``ale``, the default path, steps the games in C++ threads, one per core, so one
+  process already uses every core in part. The figure is the median of the ``train/steps_per_second`` the run logged
   (global env steps of all ranks), leaving out the first interval (start-up).
 * learning: ``--learn-env`` (CartPole-v1, its defaults) for ``--learn-steps`` env steps over
   ``--seeds``, as one process of ``--learn-envs`` envs, as 2 ranks of half as many each (the same
@@ -14,7 +16,14 @@ Two measurements, every run a real ``main.py`` run:
   ``--learn-envs`` each (twice the batch, the same learning rate). The figure is
   ``episode/return_mean100`` (the mean return of the last 100 games of all ranks) at fixed env steps.
 
-    python bench/scaling.py                     # about 4 minutes on an idle 2-core machine
+* networks: each network's parameter count and gradient bytes a rank sends in an update, the
+  time a ring all-reduce of them would take at 10 and 100 Gb/s (on paper: each rank sends and
+  receives 2 (N-1)/N times the gradient, counted at N large, latency left out), and the measured
+  time of one update's forward and backward pass on this CPU (one thread, ``--network-envs`` envs
+  x 5 steps, the median of ``--network-repeats``): where the first nears the second, adding
+  ranks stops paying.
+
+    python bench/scaling.py                     # about 8 minutes on an idle 2-core machine
     python bench/scaling.py --json scaling.json
 
 A shared machine makes the speed figures move; compare sizes measured in one run.
@@ -73,15 +82,18 @@ def value_at(points: Sequence[tuple[int, float]], step: int) -> Optional[float]:
 
 def measure_speed(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    for world_size in args.world_sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-scaling-") as log_dir:
-            run_dir, wall = train(world_size, ["--env-name", args.speed_env, *args.speed_flags.split(),
-                                               "--num-envs", str(args.speed_envs), "--num-updates",
-                                               str(args.speed_updates), "--log-interval", "20"], log_dir)
-            rows.append({"world_size": world_size, "envs_per_rank": args.speed_envs,
-                         "steps_per_second": median_speed(scalars(run_dir, "train/steps_per_second")),
-                         "env_steps": args.speed_updates * args.speed_envs * 5 * world_size, "wall_s": wall})
-        print(f"speed: world size {world_size}: {rows[-1]['steps_per_second']:.0f} env steps/s", flush=True)
+    for vec_env in args.speed_vec_envs:
+        for world_size in args.world_sizes:
+            with tempfile.TemporaryDirectory(prefix="bench-scaling-") as log_dir:
+                run_dir, wall = train(world_size, ["--env-name", args.speed_env, *args.speed_flags.split(),
+                                                   "--vec-env", vec_env, "--num-envs", str(args.speed_envs),
+                                                   "--num-updates", str(args.speed_updates), "--log-interval", "20"],
+                                      log_dir)
+                rows.append({"world_size": world_size, "vec_env": vec_env, "envs_per_rank": args.speed_envs,
+                             "steps_per_second": median_speed(scalars(run_dir, "train/steps_per_second")),
+                             "env_steps": args.speed_updates * args.speed_envs * 5 * world_size, "wall_s": wall})
+            print(f"speed: --vec-env {vec_env}, world size {world_size}: {rows[-1]['steps_per_second']:.0f} "
+                  f"env steps/s", flush=True)
     return rows
 
 
@@ -113,13 +125,63 @@ def measure_learning(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def summary_lines(speed: Sequence[dict[str, Any]], learning: Sequence[dict[str, Any]]) -> list[str]:
-    """The table printed at the end: speed against world size 1, and the mean learning curve of each setup."""
+NETWORKS = {  # name: (settings, observation shape, actions)
+    "recurrent default (universe + LSTM), Pong": ({}, (4, 84, 84), 6),
+    "fast configuration (nature, feed-forward), Pong": ({"arch": "nature", "recurrent": False}, (4, 84, 84), 6),
+    "recurrent default with --icm, Pong": ({"curiosity.enabled": True}, (4, 84, 84), 6),
+    "MLP 64-64 (actor and critic), LunarLander-v3": ({"recurrent": False}, (8,), 4),
+}
+
+
+def measure_networks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import torch
+
+    sys.path.insert(0, ROOT)
+    from agent import agent_from_config
+    from config import Config, with_settings
+    from storage import Batch
+
+    torch.set_num_threads(1)
+    rows = []
+    for name, (settings, shape, actions) in NETWORKS.items():
+        torch.manual_seed(0)
+        agent = agent_from_config(with_settings(Config(), settings), shape, actions)
+        T, N = 5, args.network_envs
+        obs = (torch.randint(0, 256, (T + 1, N, *shape), dtype=torch.uint8) if len(shape) == 3
+               else torch.randn(T + 1, N, *shape))
+        batch = Batch(obs=obs[:-1], episode_starts=torch.zeros(T, N), actions=torch.randint(0, actions, (T, N)),
+                      returns=torch.randn(T, N), advantages=torch.randn(T, N), values=torch.zeros(T, N),
+                      log_probs=torch.zeros(T, N), initial_state=agent.model.initial_state(N), next_obs=obs[1:],
+                      valid=torch.ones(T, N))
+        times = []
+        for _ in range(args.network_repeats + 1):  # the first is a warm-up
+            tic = time.perf_counter()
+            agent.optimizer.zero_grad()
+            agent.loss(batch)["total"].backward()
+            times.append(time.perf_counter() - tic)
+        params = sum(p.numel() for p in agent.params)
+        rows.append({"network": name, "parameters": params, "gradient_bytes": 4 * params,
+                     "allreduce_ms_10gbps": 2 * 4 * params / (10e9 / 8) * 1e3,
+                     "allreduce_ms_100gbps": 2 * 4 * params / (100e9 / 8) * 1e3,
+                     "update_ms_this_cpu": statistics.median(times[1:]) * 1e3, "batch": T * N})
+    return rows
+
+
+def summary_lines(speed: Sequence[dict[str, Any]], learning: Sequence[dict[str, Any]],
+                  networks: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """The table printed at the end: speed against world size 1, the mean learning curve of each
+    setup, and each network's gradient against its update's compute."""
     lines = []
-    base = speed[0]["steps_per_second"] if speed else float("nan")
+    for row in networks:
+        lines.append(f"network {row['network']}: {row['parameters']:,} parameters, {row['gradient_bytes'] / 1e6:.2f} MB "
+                     f"of gradient; all-reduce on paper {row['allreduce_ms_10gbps']:.2f} ms at 10 Gb/s, "
+                     f"{row['allreduce_ms_100gbps']:.2f} ms at 100 Gb/s; forward + backward of {row['batch']} "
+                     f"samples {row['update_ms_this_cpu']:.1f} ms on this CPU (1 thread)")
+    base = {row["vec_env"]: row["steps_per_second"] for row in speed if row["world_size"] == 1}
     for row in speed:
-        lines.append(f"speed  world {row['world_size']} x {row['envs_per_rank']} envs: {row['steps_per_second']:7.0f} "
-                     f"env steps/s ({row['steps_per_second'] / base:.2f}x world size 1)")
+        lines.append(f"speed  --vec-env {row['vec_env']}, world {row['world_size']} x {row['envs_per_rank']} envs: "
+                     f"{row['steps_per_second']:7.0f} env steps/s "
+                     f"({row['steps_per_second'] / base.get(row['vec_env'], float('nan')):.2f}x world size 1)")
     setups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in learning:
         setups.setdefault((row["world_size"], row["envs_per_rank"]), []).append(row)
@@ -140,12 +202,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--speed-env", default="PongNoFrameskip-v4")
     p.add_argument("--speed-flags", default="--arch nature --no-recurrent",
                    help="flags of the speed runs (one string)")
+    p.add_argument("--speed-vec-envs", nargs="+", default=["dummy", "ale"],
+                   help="env paths of the speed runs: dummy steps the games in the process's own thread; ale in "
+                        "C++ threads, one per core, beside the process's torch thread")
     p.add_argument("--speed-envs", type=int, default=8, help="envs a process in the speed runs")
     p.add_argument("--speed-updates", type=int, default=200)
     p.add_argument("--learn-env", default="CartPole-v1")
     p.add_argument("--learn-envs", type=int, default=8, help="envs of the one-process learning run")
     p.add_argument("--learn-steps", type=int, default=60_000)
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--network-envs", type=int, default=16, help="envs of the batch timed in the network table")
+    p.add_argument("--network-repeats", type=int, default=5)
+    p.add_argument("--skip-networks", action="store_true")
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--skip-learning", action="store_true")
     p.add_argument("--json", metavar="PATH", help="write every figure here")
@@ -154,13 +222,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    networks = [] if args.skip_networks else measure_networks(args)
     speed = [] if args.skip_speed else measure_speed(args)
     learning = [] if args.skip_learning else measure_learning(args)
-    for line in summary_lines(speed, learning):
+    for line in summary_lines(speed, learning, networks):
         print(line)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"speed": speed, "learning": learning, "cpus": os.cpu_count()}, f, indent=2)
+            json.dump({"networks": networks, "speed": speed, "learning": learning, "cpus": os.cpu_count()}, f,
+                      indent=2)
     return 0
 
 
