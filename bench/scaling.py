@@ -50,14 +50,22 @@ def command(world_size: int, flags: Sequence[str]) -> list[str]:
     return [sys.executable, *launcher, os.path.join(ROOT, "main.py"), *flags]
 
 
-def train(world_size: int, flags: Sequence[str], log_dir: str) -> tuple[str, float]:
-    """Run it to the end; its run directory and wall time (start-up included)."""
-    tic = time.perf_counter()
+def train(world_size: int, flags: Sequence[str], log_dir: str) -> tuple[str, float, float]:
+    """Run it to the end; its run directory, wall time and CPU time of all its processes (start-up included)."""
+    tic, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(command(world_size, [*flags, "--log-dir", log_dir, "--threads", "1", "--no-progress",
                                         "--no-cuda", "--eval-interval", "0"]),
                    check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
     (run,) = os.listdir(log_dir)
-    return os.path.join(log_dir, run), time.perf_counter() - tic
+    return os.path.join(log_dir, run), time.perf_counter() - tic, _children_cpu() - cpu
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of the finished child processes (and theirs) so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
@@ -85,13 +93,14 @@ def measure_speed(args: argparse.Namespace) -> list[dict[str, Any]]:
     for vec_env in args.speed_vec_envs:
         for world_size in args.world_sizes:
             with tempfile.TemporaryDirectory(prefix="bench-scaling-") as log_dir:
-                run_dir, wall = train(world_size, ["--env-name", args.speed_env, *args.speed_flags.split(),
+                run_dir, wall, cpu = train(world_size, ["--env-name", args.speed_env, *args.speed_flags.split(),
                                                    "--vec-env", vec_env, "--num-envs", str(args.speed_envs),
                                                    "--num-updates", str(args.speed_updates), "--log-interval", "20"],
                                       log_dir)
                 rows.append({"world_size": world_size, "vec_env": vec_env, "envs_per_rank": args.speed_envs,
                              "steps_per_second": median_speed(scalars(run_dir, "train/steps_per_second")),
-                             "env_steps": args.speed_updates * args.speed_envs * 5 * world_size, "wall_s": wall})
+                             "env_steps": args.speed_updates * args.speed_envs * 5 * world_size, "wall_s": wall,
+                             "cpu_s": cpu})
             print(f"speed: --vec-env {vec_env}, world size {world_size}: {rows[-1]['steps_per_second']:.0f} "
                   f"env steps/s", flush=True)
     return rows
@@ -113,7 +122,7 @@ def measure_learning(args: argparse.Namespace) -> list[dict[str, Any]]:
         updates = args.learn_steps // (world_size * envs * 5)
         for seed in args.seeds:
             with tempfile.TemporaryDirectory(prefix="bench-scaling-") as log_dir:
-                run_dir, wall = train(world_size, ["--env-name", args.learn_env, "--num-envs", str(envs),
+                run_dir, wall, _ = train(world_size, ["--env-name", args.learn_env, "--num-envs", str(envs),
                                                    "--num-updates", str(updates), "--seed", str(seed)], log_dir)
                 mean100 = scalars(run_dir, "episode/return_mean100")
                 rows.append({"world_size": world_size, "envs_per_rank": envs, "batch": world_size * envs * 5,
@@ -181,7 +190,9 @@ def summary_lines(speed: Sequence[dict[str, Any]], learning: Sequence[dict[str, 
     for row in speed:
         lines.append(f"speed  --vec-env {row['vec_env']}, world {row['world_size']} x {row['envs_per_rank']} envs: "
                      f"{row['steps_per_second']:7.0f} env steps/s "
-                     f"({row['steps_per_second'] / base.get(row['vec_env'], float('nan')):.2f}x world size 1)")
+                     f"({row['steps_per_second'] / base.get(row['vec_env'], float('nan')):.2f}x world size 1); "
+                     f"{1000 * row.get('cpu_s', float('nan')) / row['env_steps']:.1f} CPU s a 1000 env steps, "
+                     f"start-up included")
     setups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in learning:
         setups.setdefault((row["world_size"], row["envs_per_rank"]), []).append(row)
