@@ -7,9 +7,11 @@ averages the gradients of an update across ranks. A plain ``python main.py`` has
 and none of this runs. What every rank must decide together goes through
 :class:`control.RunContext`.
 
-The per-update collectives, all small but the first: one all-reduce of every gradient, flattened
-into one buffer (:func:`average_gradients`); one all-gather of the episodes that ended in the
-rollout; one all-reduce of the update's statistics; one all-reduce of the stop decision.
+The collectives of an update, all small but the first: one all-reduce of every gradient,
+flattened into one buffer (:func:`average_gradients`); one all-gather of the games that ended in
+the rollout (:func:`gather_games`); one all-reduce of the update's statistics and one of each
+shared decision (``RunContext``); with normalization, one all-reduce of the running statistics
+(:class:`SharedStatistics`). docs/scaling.md has the whole design and its costs.
 """
 from __future__ import annotations
 
