@@ -143,19 +143,24 @@ class Runner:
 
     def _record_episodes(self, infos: list[dict], t: int) -> None:
         """Raw full-game episode returns (from the Monitor), logged at the env step they ended."""
-        step = self.state.step + (t + 1) * self.config.num_envs
         for i, info in enumerate(infos):
             if "physics" in info:
                 self.drawn_physics.append(info["physics"])
             episode = info.get("episode")
             if episode is None:
                 continue
+            step = self.episode_end_step(t, i)
             self.state.episodes.add(episode["r"])
             self.new_episodes += 1
             self.episode_ends.append((t, i))
             self.metrics.scalar("episode/return", episode["r"], step)
             self.metrics.scalar("episode/length", episode["l"], step)
             self.metrics.scalar("episode/return_mean100", self.state.episodes.mean, step)
+
+    def episode_end_step(self, t: int, i: int) -> int:
+        """The env step at which env i's step t of the rollout falls, counting the envs' steps of
+        each rollout step in turn: every episode gets a step of its own on the curves."""
+        return self.state.step + t * self.config.num_envs + i + 1
 
     def _log_reward_parts(self, batch: Batch) -> None:
         """Per-episode sums of any extra reward the agent mixed in (e.g. curiosity), by name.
@@ -174,8 +179,7 @@ class Runner:
                 sums += rewards[t]
                 while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
                     i = self.episode_ends[ended][1]
-                    step = self.state.step + (t + 1) * self.config.num_envs
-                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]), step)
+                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]), self.episode_end_step(t, i))
                     sums[i] = 0.0
                     ended += 1
             if (self.state.update + 1) % self.config.log_interval == 0:
