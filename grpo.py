@@ -304,8 +304,8 @@ class GroupRunner(Runner):
                                 ("rewards", torch.as_tensor(rewards, dtype=torch.float32, device=self.device)),
                                 ("mask", alive)):
                 steps[name].append(value)
-            played += int(alive.sum())
             for i in torch.nonzero(alive).flatten().tolist():
+                played += 1  # the members' steps counted in turn: every episode ends at a step of its own
                 episode = infos[i].get("episode")
                 if episode is not None:  # a member's whole episode, from the round's reset
                     self.state.episodes.add(episode["r"])

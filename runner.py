@@ -165,13 +165,20 @@ class Runner:
         ranks = gather_games(self.ended_games, self.config.num_envs * self.config.rollout_size, self.context)
         self.ended_games = []
         games = sorted((t, rank, i, r, length) for rank, finished in enumerate(ranks) for t, i, r, length in finished)
-        for t, _, _, episode_return, length in games:
-            step = self.state.step + (t + 1) * self.config.num_envs * self.context.world_size
+        for t, rank, i, episode_return, length in games:
+            step = self.episode_end_step(t, i, rank)
             self.state.episodes.add(episode_return)
             self.new_episodes += 1
             self.metrics.scalar("episode/return", episode_return, step)
             self.metrics.scalar("episode/length", length, step)
             self.metrics.scalar("episode/return_mean100", self.state.episodes.mean, step)
+
+    def episode_end_step(self, t: int, i: int, rank: int = 0) -> int:
+        """The env step at which env i (of rank ``rank``)'s step t of the rollout falls, counting the
+        envs' steps of each rollout step in turn, rank by rank: every episode gets a step of its own
+        on the curves."""
+        envs = self.config.num_envs
+        return self.state.step + t * envs * self.context.world_size + rank * envs + i + 1
 
     def _log_reward_parts(self, batch: Batch) -> None:
         """Per-episode sums of any extra reward the agent mixed in (e.g. curiosity), by name.
@@ -190,8 +197,8 @@ class Runner:
                 sums += rewards[t]
                 while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
                     i = self.episode_ends[ended][1]
-                    step = self.state.step + (t + 1) * self.config.num_envs * self.context.world_size
-                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]), step)
+                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]),
+                                        self.episode_end_step(t, i, self.context.rank))
                     sums[i] = 0.0
                     ended += 1
             if (self.state.update + 1) % self.config.log_interval == 0:

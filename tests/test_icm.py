@@ -306,7 +306,8 @@ def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
     Runner(agent, envs, config, str(tmp_path), writer=writer).train()
     envs.close()
     logged = [(v, step) for tag, v, step in writer.scalars if tag == "episode/return_intrinsic"]
-    expected = [(float(b.reward_parts["intrinsic"][:, i].sum()), 8 * (u + 1))
+    # Env i's episode ends at the rollout's last step (t = 3): the (2 * 3 + i + 1)-th env step of update u's 8.
+    expected = [(float(b.reward_parts["intrinsic"][:, i].sum()), 8 * u + 2 * 3 + i + 1)
                 for u, b in enumerate(batches) for i in range(2)]
     assert len(logged) == 6
     assert [step for _, step in logged] == [step for _, step in expected]
