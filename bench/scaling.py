@@ -23,7 +23,7 @@ Two measurements, every run a real ``main.py`` run:
   x 5 steps, the median of ``--network-repeats``): where the first nears the second, adding
   ranks stops paying.
 
-    python bench/scaling.py                     # about 8 minutes on an idle 2-core machine
+    python bench/scaling.py                     # 5 min 26 s on this project's shared 2-core machine
     python bench/scaling.py --json scaling.json
 
 A shared machine makes the speed figures move; compare sizes measured in one run.

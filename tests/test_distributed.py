@@ -125,6 +125,16 @@ def test_weights_and_optimizer_state_are_identical_on_every_rank(job):
     assert steps == {6}  # every weight took six optimizer steps
 
 
+def test_losses_and_statistics_are_averaged_over_ranks(job):
+    """Each rank's loss is its own shard's, yet both keep (and rank 0 logs) the same numbers: the mean of the ranks'."""
+    first, second = (rank["final"]["history"] for rank in job["ranks"])
+    assert len(first) == 6 and first == second
+    own = [rank["own_losses"] for rank in job["ranks"]]
+    assert all(a != b for a, b in zip(*own))  # the shards differ ...
+    for stats, a, b in zip(first, *own):  # ... and what both keep is their mean
+        assert stats["total"] == pytest.approx((a + b) / 2, rel=1e-12)
+
+
 def test_envs_of_all_ranks_play_disjoint_seeds(job):
     seeds = [rank["env_seeds"] for rank in job["ranks"]]
     assert seeds == [[5, 6], [7, 8]]

@@ -4,8 +4,8 @@ recording what the tests read of this rank into OUT_DIR.
     torchrun ... tests/torchrun_worker.py OUT_DIR MAIN_FLAGS...
 
 Writes ``rank<R>.json`` (this rank's pid when it starts; then also the env seeds it built its envs
-with, the games that ended on its own envs and its exit code) and ``rank<R>.pt`` (its weights,
-optimizer state and counters when training ended).
+with, the games that ended on its own envs, the loss of its own shard at each update and its exit code) and ``rank<R>.pt`` (its weights,
+optimizer state, counters and the stats of each update when training ended).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def main(out_dir: str, argv: list[str]) -> int:
     import runner
 
     rank = int(os.environ["RANK"])
-    record: dict = {"pid": os.getpid(), "env_seeds": [], "own_games": 0}
+    record: dict = {"pid": os.getpid(), "env_seeds": [], "own_games": 0, "own_losses": []}
     path = os.path.join(out_dir, f"rank{rank}.json")
 
     def write() -> None:
@@ -34,7 +34,8 @@ def main(out_dir: str, argv: list[str]) -> int:
         os.replace(path + ".tmp", path)
 
     write()
-    make_vec_env, note, train = envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.train
+    make_vec_env, note, learn, train = (envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.learn,
+                                        runner.Runner.train)
 
     def recording_make_vec_env(env_name, num_envs, n_stack=4, seed=0, *args, **kwargs):
         record["env_seeds"] += [seed + i for i in range(num_envs)]
@@ -44,15 +45,21 @@ def main(out_dir: str, argv: list[str]) -> int:
         record["own_games"] += sum("episode" in info for info in infos)
         return note(self, infos, t)
 
+    def recording_learn(self, batch):
+        stats = learn(self, batch)
+        record["own_losses"].append(stats["total"])  # this rank's shard's, before the ranks' mean
+        return stats
+
     def recording_train(self):
         state = train(self)
         torch.save({"model": self.agent.model.state_dict(), "optimizer": self.agent.optimizer.state_dict(),
-                    "update": state.update, "step": state.step, "episode_count": state.episodes.count},
+                    "update": state.update, "step": state.step, "episode_count": state.episodes.count,
+                    "history": list(self.history)},
                    os.path.join(out_dir, f"rank{rank}.pt"))
         return state
 
-    envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.train = (
-        recording_make_vec_env, recording_note, recording_train)
+    envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.learn, runner.Runner.train = (
+        recording_make_vec_env, recording_note, recording_learn, recording_train)
     code = cli.main(argv)
     record["exit_code"] = code
     write()
