@@ -30,9 +30,10 @@ from utils import UsageError
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 # Settings a machine may choose for itself: how it computes and where it would write (rank 0 alone writes).
 PER_MACHINE = ("threads", "speed", "log_dir", "progress", "tensorboard")
-# A rank waits this long for the others at any collective before giving up with an error (a rank
-# that died is normally noticed by torchrun first, which then ends the job).
-COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
+# A rank waits this long for the others at any collective before giving up with an error: longer
+# than rank 0's periodic evaluation can take while the others wait (a rank that died is noticed by
+# torchrun first, which then ends the job).
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 class RankError(UsageError):
