@@ -224,7 +224,7 @@ def pick_device(want_cuda: bool, threads: int = 0, keep_freed: bool = True):
         torch.set_num_threads(threads)
     if want_cuda and torch.cuda.is_available():
         return torch.device("cuda")
-    if want_cuda:
+    if want_cuda and shows_errors():  # under torchrun, once a machine
         print("CUDA is not available; running on the CPU", file=sys.stderr)
     return torch.device("cpu")
 
