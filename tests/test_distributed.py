@@ -297,17 +297,22 @@ def test_eval_plot_and_grpo_under_torchrun_are_refused(one_line_error, monkeypat
 
 
 # ------------------------------------------------------------------------------------------------ stop, resume
+def wait_for_last(proc: subprocess.Popen, log_dir) -> None:
+    """Until the job's first a2c_last is written (the run is training), at most 90 s."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            os.path.isdir(log_dir) and os.listdir(log_dir) and
+            os.path.exists(os.path.join(only_run_dir(log_dir), "a2c_last"))):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1]
+
+
 def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes(tmp_path):
     log_dir = tmp_path / "runs"
     proc = torchrun(tmp_path / "ranks", *TINY, "--num-updates", "100000", "--checkpoint-interval", "1",
                     "--no-tensorboard", "--log-dir", str(log_dir), start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                os.path.isdir(log_dir) and os.listdir(log_dir) and
-                os.path.exists(os.path.join(only_run_dir(log_dir), "a2c_last"))):
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[1]
+        wait_for_last(proc, log_dir)
         proc.send_signal(signal.SIGTERM)  # to the launcher alone; it passes it on to its workers
         out, err = finish(proc, timeout=60)
     finally:
@@ -337,6 +342,29 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes
     assert cli.main(["--resume", last_path, "--num-updates", str(stopped + 3), "--no-progress", "--threads", "1"]) == 0
     last = torch.load(last_path, weights_only=True)
     assert (last["update"], last["step"], last["world_size"]) == (stopped + 3, (stopped + 2) * STEPS_PER_UPDATE + 10, 1)
+
+
+def test_a_rank_killed_hard_ends_the_job_and_the_run_resumes_from_a2c_last(tmp_path):
+    log_dir = tmp_path / "runs"
+    proc = torchrun(tmp_path / "ranks", *TINY, "--num-updates", "100000", "--checkpoint-interval", "1",
+                    "--no-tensorboard", "--log-dir", str(log_dir), start_new_session=True)
+    try:
+        wait_for_last(proc, log_dir)
+        victim = ranks(tmp_path / "ranks")[1]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        finish(proc, timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode not in (0, None)  # torchrun ended the job as failed
+    survivor = ranks(tmp_path / "ranks")[0]["pid"]
+    assert not os.path.exists(f"/proc/{survivor}") or open(f"/proc/{survivor}/stat").read().split()[2] == "Z"
+    last_path = os.path.join(only_run_dir(log_dir), "a2c_last")
+    last = torch.load(last_path, weights_only=True)
+    assert last["update"] >= 1 and last["step"] == last["update"] * STEPS_PER_UPDATE
+    more = last["update"] + 1
+    assert cli.main(["--resume", last_path, "--num-updates", str(more), "--no-progress", "--threads", "1"]) == 0
+    assert torch.load(last_path, weights_only=True)["update"] == more
 
 
 def test_bad_input_is_refused_by_every_rank_before_the_group_starts(tmp_path):
