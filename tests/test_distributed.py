@@ -3,6 +3,7 @@ Pong, the averaged gradient against one process of all the envs, stopping, resum
 input, and a rendezvous of two launchers as two machines would make it."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -297,27 +299,35 @@ def test_eval_plot_and_grpo_under_torchrun_are_refused(one_line_error, monkeypat
 
 
 # ------------------------------------------------------------------------------------------------ stop, resume
-def wait_for_last(proc: subprocess.Popen, log_dir) -> None:
-    """Until the job's first a2c_last is written (the run is training), at most 90 s."""
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None and not (
-            os.path.isdir(log_dir) and os.listdir(log_dir) and
-            os.path.exists(os.path.join(only_run_dir(log_dir), "a2c_last"))):
-        time.sleep(0.1)
-    assert proc.poll() is None, proc.communicate()[1]
-
-
-def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes(tmp_path):
-    log_dir = tmp_path / "runs"
+@contextlib.contextmanager
+def endless_job(tmp_path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A torchrun job of two ranks with updates to spare and a2c_last at every update, handed over
+    once its first a2c_last is written (it is training); killed at the end if it still runs."""
+    log_dir = str(tmp_path / "runs")
     proc = torchrun(tmp_path / "ranks", *TINY, "--num-updates", "100000", "--checkpoint-interval", "1",
-                    "--no-tensorboard", "--log-dir", str(log_dir), start_new_session=True)
+                    "--no-tensorboard", "--log-dir", log_dir, start_new_session=True)
     try:
-        wait_for_last(proc, log_dir)
-        proc.send_signal(signal.SIGTERM)  # to the launcher alone; it passes it on to its workers
-        out, err = finish(proc, timeout=60)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                os.path.isdir(log_dir) and os.listdir(log_dir) and
+                os.path.exists(os.path.join(only_run_dir(log_dir), "a2c_last"))):
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[1]
+        yield proc, log_dir
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (or is a zombie waiting for its parent to read its exit code)."""
+    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes(tmp_path):
+    with endless_job(tmp_path) as (proc, log_dir):
+        proc.send_signal(signal.SIGTERM)  # to the launcher alone; it passes it on to its workers
+        out, err = finish(proc, timeout=60)
     recorded = ranks(tmp_path / "ranks")
     assert [rank["exit_code"] for rank in recorded] == [0, 0], err
     stopped = recorded[0]["final"]["update"]
@@ -328,8 +338,7 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes
     last = torch.load(last_path, weights_only=True)
     assert (last["update"], last["step"]) == (stopped, stopped * STEPS_PER_UPDATE)
     assert_same_bits(last["model"], recorded[1]["final"]["model"])
-    for rank in recorded:  # no worker outlives the job
-        assert not os.path.exists(f"/proc/{rank['pid']}") or open(f"/proc/{rank['pid']}/stat").read().split()[2] == "Z"
+    assert all(gone(rank["pid"]) for rank in recorded)  # no worker outlives the job
 
     # The same world size resumes it where it stopped ...
     resumed = torchrun(tmp_path / "resumed", "--resume", last_path, "--num-updates", str(stopped + 2),
@@ -345,20 +354,11 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes
 
 
 def test_a_rank_killed_hard_ends_the_job_and_the_run_resumes_from_a2c_last(tmp_path):
-    log_dir = tmp_path / "runs"
-    proc = torchrun(tmp_path / "ranks", *TINY, "--num-updates", "100000", "--checkpoint-interval", "1",
-                    "--no-tensorboard", "--log-dir", str(log_dir), start_new_session=True)
-    try:
-        wait_for_last(proc, log_dir)
-        victim = ranks(tmp_path / "ranks")[1]["pid"]
-        os.kill(victim, signal.SIGKILL)
+    with endless_job(tmp_path) as (proc, log_dir):
+        os.kill(ranks(tmp_path / "ranks")[1]["pid"], signal.SIGKILL)
         finish(proc, timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode not in (0, None)  # torchrun ended the job as failed
-    survivor = ranks(tmp_path / "ranks")[0]["pid"]
-    assert not os.path.exists(f"/proc/{survivor}") or open(f"/proc/{survivor}/stat").read().split()[2] == "Z"
+    assert gone(ranks(tmp_path / "ranks")[0]["pid"])
     last_path = os.path.join(only_run_dir(log_dir), "a2c_last")
     last = torch.load(last_path, weights_only=True)
     assert last["update"] >= 1 and last["step"] == last["update"] * STEPS_PER_UPDATE
