@@ -433,9 +433,11 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
     if context.world_size == 1 and trained_by == 1:
         return ""
     total_envs = config.num_envs * context.world_size
-    line = (f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
-            f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs; "
-            f"batch per update {total_envs} x {config.rollout_size} = {total_envs * config.rollout_size} env steps")
+    processes = (f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
+                 f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs"
+                 if context.world_size > 1 else f"one process, {total_envs} envs")
+    line = (f"{processes}; batch per update {total_envs} x {config.rollout_size} = "
+            f"{total_envs * config.rollout_size} env steps")
     if trained_by != context.world_size:
         line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
                  f"and goes on with {total_envs}")

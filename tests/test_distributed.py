@@ -324,7 +324,7 @@ def gone(pid: int) -> bool:
     return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
-def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes(tmp_path):
+def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes(tmp_path, capsys):
     with endless_job(tmp_path) as (proc, log_dir):
         proc.send_signal(signal.SIGTERM)  # to the launcher alone; it passes it on to its workers
         out, err = finish(proc, timeout=60)
@@ -348,7 +348,10 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes
     last = torch.load(last_path, weights_only=True)
     assert (last["update"], last["step"]) == (stopped + 2, (stopped + 2) * STEPS_PER_UPDATE)
     # ... and so does one process: the weights and optimizer state do not depend on the world size.
+    capsys.readouterr()
     assert cli.main(["--resume", last_path, "--num-updates", str(stopped + 3), "--no-progress", "--threads", "1"]) == 0
+    assert ("one process, 2 envs; batch per update 2 x 5 = 10 env steps; the run was trained by 2 process(es) with "
+            "4 envs and goes on with 2") in capsys.readouterr().out
     last = torch.load(last_path, weights_only=True)
     assert (last["update"], last["step"], last["world_size"]) == (stopped + 3, (stopped + 2) * STEPS_PER_UPDATE + 10, 1)
 
