@@ -99,7 +99,8 @@ class A2CAgent:
     returns or GAE (:func:`storage.compute_returns` with ``gamma`` and ``gae_lambda``).
     """
 
-    # Averages the gradients across the ranks of a data-parallel run (``distributed.gradient_reducer``); None: one process.
+    # Averages the gradients across the ranks of a data-parallel run (``distributed.gradient_reducer``);
+    # None: one process.
     gradient_reducer: Optional[Callable[[list[torch.nn.Parameter]], None]] = None
 
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",

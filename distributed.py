@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from config import Config
 from control import RunContext, collective_device
 from utils import UsageError
 
@@ -61,6 +62,7 @@ def context_from_environment() -> RunContext:
 
 
 def local_rank() -> int:
+    """This process's index among the ranks of its machine (torchrun's ``LOCAL_RANK``; 0 without it)."""
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
@@ -85,15 +87,15 @@ def start(context: RunContext, device: torch.device) -> None:
                             **({"device_id": device} if device.type == "cuda" else {}))
 
 
-def check_same_run(config: object, update: int, context: RunContext) -> None:
+def check_same_run(config: Config, update: int, context: RunContext) -> None:
     """Refuse, on every rank alike, a job whose ranks were started with other settings or resumed
     at another update than rank 0 (another command line or checkpoint on another machine)."""
     if context.world_size == 1:
         return
-    mine = {k: v for k, v in config.to_dict().items() if k not in PER_MACHINE}  # type: ignore[attr-defined]
+    mine: dict = {k: v for k, v in config.to_dict().items() if k not in PER_MACHINE}
     mine["update"] = update
-    first = broadcast_object(mine, context)
-    differ = context.gather(sorted(k for k in mine if mine[k] != first[k]))  # type: ignore[index]
+    first: dict = broadcast_object(mine, context)  # type: ignore[assignment]
+    differ = context.gather(sorted(k for k in mine if mine[k] != first.get(k)))
     for rank, names in enumerate(differ):
         if names:
             raise UsageError(f"rank {rank} was started with other settings than rank 0 ({', '.join(names)}); "
@@ -207,7 +209,8 @@ class SharedStatistics:
     """
 
     def __init__(self, context: RunContext,
-                 stats: Sequence[tuple[Callable[[], Moments], Callable[[float, np.ndarray, np.ndarray], None]]]) -> None:
+                 stats: Sequence[tuple[Callable[[], Moments], Callable[[float, np.ndarray, np.ndarray], None]]]
+                 ) -> None:
         self.context, self.stats = context, list(stats)
         self.merged = [self._read(get) for get, _ in self.stats]
 
@@ -247,7 +250,8 @@ def shared_statistics(envs: object, agent: object, context: RunContext) -> Share
 
     stats = []
     norm = normalizer_of(envs)  # type: ignore[arg-type]
-    for name, used in (("obs_rms", norm is not None and norm.norm_obs), ("ret_rms", norm is not None and norm.norm_reward)):
+    for name, used in (("obs_rms", norm is not None and norm.norm_obs),
+                       ("ret_rms", norm is not None and norm.norm_reward)):
         if used:
             def get(name: str = name) -> Moments:
                 rms = getattr(norm, name)

@@ -182,7 +182,8 @@ def summary_lines(speed: Sequence[dict[str, Any]], learning: Sequence[dict[str, 
     setup, and each network's gradient against its update's compute."""
     lines = []
     for row in networks:
-        lines.append(f"network {row['network']}: {row['parameters']:,} parameters, {row['gradient_bytes'] / 1e6:.2f} MB "
+        lines.append(f"network {row['network']}: {row['parameters']:,} parameters, "
+                     f"{row['gradient_bytes'] / 1e6:.2f} MB "
                      f"of gradient; all-reduce on paper {row['allreduce_ms_10gbps']:.2f} ms at 10 Gb/s, "
                      f"{row['allreduce_ms_100gbps']:.2f} ms at 100 Gb/s; forward + backward of {row['batch']} "
                      f"samples {row['update_ms_this_cpu']:.1f} ms on this CPU (1 thread)")
@@ -208,7 +209,8 @@ def summary_lines(speed: Sequence[dict[str, Any]], learning: Sequence[dict[str, 
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2])
     p.add_argument("--speed-env", default="PongNoFrameskip-v4")
     p.add_argument("--speed-flags", default="--arch nature --no-recurrent",

@@ -176,7 +176,8 @@ def synthetic_batch(envs: slice) -> Batch:
     returns, advantages = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
     state = (torch.randn(N, 256, generator=g), torch.randn(N, 256, generator=g))
     return Batch(obs=obs[:-1, envs], episode_starts=starts[:, envs], actions=actions[:, envs],
-                 returns=returns[:, envs], advantages=advantages[:, envs], values=returns[:, envs] - advantages[:, envs],
+                 returns=returns[:, envs], advantages=advantages[:, envs],
+                 values=returns[:, envs] - advantages[:, envs],
                  log_probs=torch.zeros(T, N)[:, envs], initial_state=tuple(s[envs] for s in state),
                  next_obs=obs[1:, envs], valid=torch.ones(T, N)[:, envs])
 
@@ -411,7 +412,7 @@ def test_scaling_bench_launches_each_world_size_and_reads_its_curves():
     # One process of 8 envs; the same batch over 2 ranks; twice the batch.
     assert scaling.learning_setups(args) == [(1, 8), (2, 4), (2, 8)]
     points = [(40, 10.0), (80, 20.0), (120, 30.0)]
-    assert (scaling.value_at(points, 30), scaling.value_at(points, 100), scaling.value_at(points, 500)) == (None, 20.0, 30.0)
+    assert [scaling.value_at(points, step) for step in (30, 100, 500)] == [None, 20.0, 30.0]
     assert scaling.median_speed([(20, 1.0), (40, 500.0), (60, 700.0), (80, 600.0)]) == 600.0  # start-up left out
     speed = [{"world_size": 1, "vec_env": "dummy", "envs_per_rank": 8, "steps_per_second": 500.0, "env_steps": 8000,
               "cpu_s": 20.0},

@@ -4,8 +4,9 @@ recording what the tests read of this rank into OUT_DIR.
     torchrun ... tests/torchrun_worker.py OUT_DIR MAIN_FLAGS...
 
 Writes ``rank<R>.json`` (this rank's pid when it starts; then also the env seeds it built its envs
-with, the games that ended on its own envs, the loss of its own shard at each update and its exit code) and ``rank<R>.pt`` (its weights,
-optimizer state, counters and the stats of each update when training ended).
+with, the games that ended on its own envs, the loss of its own shard at each update and its
+exit code) and ``rank<R>.pt`` (its weights, optimizer state, counters and the stats of each
+update when training ended).
 """
 from __future__ import annotations
 
