@@ -184,6 +184,9 @@ class Config:
     """Discount factor."""
     gae_lambda: float = 1.0
     """1.0: n-step returns; below 1: generalized advantage estimation."""
+    normalize_advantages: bool = False
+    """Each rollout's advantages to zero mean and unit standard deviation before the policy loss
+    (SB3's normalize_advantage): the policy's step no longer scales with the rewards."""
     critic: bool = True
     """A critic (value head) as baseline and bootstrap; False: none and no value loss, so each
     advantage is the discounted reward to the rollout's end (REINFORCE over the rollout)."""
