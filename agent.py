@@ -41,6 +41,11 @@ def a2c_loss(logits: torch.Tensor, values: Optional[torch.Tensor], actions: torc
     return terms
 
 
+def standardized(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(A - mean(A)) / (std(A) + eps)`` over the whole rollout (``--normalize-advantages``)."""
+    return (advantages - advantages.mean()) / (advantages.std() + eps)
+
+
 class RMSpropTF(torch.optim.Optimizer):
     """RMSprop as TensorFlow computes it: the form the A2C settings (lr 7e-4, alpha 0.99, eps 1e-5) come from.
 
@@ -107,7 +112,7 @@ class A2CAgent:
                  value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
                  gamma: float = 0.99, gae_lambda: float = 1.0, intrinsic: Optional[ICM] = None,
                  icm_lambda: float = 0.1, extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False,
-                 estimator: Optional[Estimator] = None) -> None:
+                 estimator: Optional[Estimator] = None, normalize_advantages: bool = False) -> None:
         self.model = model
         self.intrinsic = intrinsic
         self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
@@ -119,6 +124,7 @@ class A2CAgent:
         self.max_grad_norm = max_grad_norm
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.estimator = estimator or functools.partial(compute_returns, gamma=gamma, gae_lambda=gae_lambda)
+        self.normalize_advantages = normalize_advantages
 
     @property
     def device(self) -> torch.device:
@@ -204,7 +210,8 @@ class A2CAgent:
             logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
         if self.model.critic is None:
             values = None
-        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, batch.advantages,
+        advantages = standardized(batch.advantages) if self.normalize_advantages else batch.advantages
+        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, advantages,
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:
             return terms
@@ -309,6 +316,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
                          minibatches=group.minibatches, kl_coeff=group.kl_coeff, ref_interval=group.ref_interval,
                          scale_by_std=group.scale_by_std, **common)
     return A2CAgent(model, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
+                    normalize_advantages=config.normalize_advantages,
                     icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
                     normalize_intrinsic=curiosity.normalize, **common)
 

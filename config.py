@@ -36,9 +36,11 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 
 # --algo grpo on top of its env's defaults: no critic, Adam at PPO's 3e-4 (several epochs of
 # minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
-# (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length.
+# (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length. A
+# round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
 GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "num_envs": 32, "optimizer": "adam", "lr": 3e-4,
-                                 "lr_schedule": "constant", "num_updates": 1_000_000, "max_env_steps": 1_000_000}
+                                 "lr_schedule": "constant", "num_updates": 1_000_000, "max_env_steps": 1_000_000,
+                                 "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
 
 
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
@@ -184,6 +186,9 @@ class Config:
     """Discount factor."""
     gae_lambda: float = 1.0
     """1.0: n-step returns; below 1: generalized advantage estimation."""
+    normalize_advantages: bool = False
+    """Each rollout's advantages to zero mean and unit standard deviation before the policy loss
+    (SB3's normalize_advantage): the policy's step no longer scales with the rewards."""
     critic: bool = True
     """A critic (value head) as baseline and bootstrap; False: none and no value loss, so each
     advantage is the discounted reward to the rollout's end (REINFORCE over the rollout)."""

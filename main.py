@@ -90,6 +90,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--max-env-steps", field="max_env_steps", type=positive_int, metavar="N")
     flag("--gamma", field="gamma", type=unit)
     flag("--gae-lambda", field="gae_lambda", type=unit)
+    switch("--normalize-advantages", "normalize_advantages")
     switch("--critic", "critic")
     flag("--value-coeff", field="value_coeff", type=non_negative)
     flag("--entropy-coeff", field="entropy_coeff", type=non_negative)

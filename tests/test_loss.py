@@ -255,3 +255,30 @@ def test_a_run_without_a_critic_trains_saves_plays_and_keeps_its_choice(tmp_path
     assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "1", "--no-cuda"]) == 0
     message = one_line_error(["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--critic"])
     assert "was saved with --critic false (another architecture); cannot use true" in message
+
+
+def test_normalized_advantages_worked_by_hand():
+    """``--normalize-advantages``: advantages 1 and 0.5 have mean 0.75 and (sample) std 0.3536, so
+    they become +-0.7071 and the policy term is -(log .5 * .7071 - log .25 * .7071) / 2 = -0.2451;
+    the value term still uses the returns and is unchanged."""
+    from agent import standardized
+
+    normalized = standardized(HAND["advantages"])
+    assert_close(normalized, torch.tensor([[1.0], [-1.0]]) / math.sqrt(2), rtol=0, atol=1e-6)
+    terms = a2c_loss(**{**HAND, "advantages": normalized}, value_coeff=0.5, entropy_coeff=0.01)
+    policy = -(math.log(0.5) - math.log(0.25)) / math.sqrt(2) / 2
+    assert terms["policy"].item() == pytest.approx(policy, abs=1e-6)
+    assert terms["value"].item() == pytest.approx(HAND_VALUE, abs=1e-6)
+
+
+def test_the_agent_normalizes_advantages_only_when_asked():
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, recurrent=False)
+    batch = Batch(obs=torch.randn(2, 1, 3), episode_starts=torch.zeros(2, 1), actions=HAND["actions"],
+                  returns=HAND["returns"], advantages=HAND["advantages"], values=torch.zeros(2, 1),
+                  log_probs=torch.zeros(2, 1), initial_state=())
+    plain, normalized = (A2CAgent(model, normalize_advantages=flag).loss(batch) for flag in (False, True))
+    logits = model.forward_sequence(batch.obs, (), batch.episode_starts)[0]
+    log_probs = torch.distributions.Categorical(logits=logits).log_prob(batch.actions)
+    assert_close(plain["policy"], -(log_probs * HAND["advantages"]).mean())
+    assert_close(normalized["policy"], -(log_probs * torch.tensor([[1.0], [-1.0]]) / math.sqrt(2)).mean())
