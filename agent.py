@@ -41,9 +41,19 @@ def a2c_loss(logits: torch.Tensor, values: Optional[torch.Tensor], actions: torc
     return terms
 
 
-def standardized(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(A - mean(A)) / (std(A) + eps)`` over the whole rollout (``--normalize-advantages``)."""
-    return (advantages - advantages.mean()) / (advantages.std() + eps)
+def standardized(advantages: torch.Tensor, eps: float = 1e-8,
+                 sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+    """``(A - mean(A)) / (std(A) + eps)`` over the whole rollout (``--normalize-advantages``). In a
+    data-parallel run ``sum_over_ranks`` adds up the count, sum and sum of squares of every rank's
+    advantages, so the mean and std are those of the whole batch, as in one process."""
+    if sum_over_ranks is None:
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
+    a = advantages.detach().double().flatten()
+    moments = torch.stack([a.new_tensor(float(a.numel())), a.sum(), a.pow(2).sum()])
+    count, total, squares = sum_over_ranks(moments).tolist()
+    mean = total / count
+    std = math.sqrt(max(squares - count * mean * mean, 0.0) / max(count - 1.0, 1.0))  # unbiased, as torch's std
+    return (advantages - mean) / (std + eps)
 
 
 class RMSpropTF(torch.optim.Optimizer):
@@ -107,6 +117,9 @@ class A2CAgent:
     # Averages the gradients across the ranks of a data-parallel run (``distributed.gradient_reducer``);
     # None: one process.
     gradient_reducer: Optional[Callable[[list[torch.nn.Parameter]], None]] = None
+    # Sums a small tensor over the ranks (``distributed.sum_over_ranks``), for statistics of the whole
+    # batch; None: one process.
+    sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
                  value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
@@ -210,7 +223,8 @@ class A2CAgent:
             logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
         if self.model.critic is None:
             values = None
-        advantages = standardized(batch.advantages) if self.normalize_advantages else batch.advantages
+        advantages = (standardized(batch.advantages, sum_over_ranks=self.sum_over_ranks) if self.normalize_advantages
+                      else batch.advantages)
         terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, advantages,
                          self.value_coeff, self.entropy_coeff)
         if self.intrinsic is None:

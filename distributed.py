@@ -168,6 +168,19 @@ def average_gradients(params: Sequence[torch.nn.Parameter], world_size: int) -> 
         offset += p.numel()
 
 
+def sum_over_ranks(context: RunContext) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """What ``A2CAgent.sum_over_ranks`` is set to: the sum of a small tensor over the ranks (one
+    all-reduce), for statistics of the whole batch such as ``--normalize-advantages``'s; None for one process."""
+    if context.world_size == 1:
+        return None
+
+    def total(values: torch.Tensor) -> torch.Tensor:
+        summed = values.to(collective_device())
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        return summed.to(values.device)
+    return total
+
+
 def gather_games(games: list[tuple[int, int, float, int]], capacity: int,
                  context: RunContext) -> list[list[tuple[int, int, float, int]]]:
     """Every rank's games ``(step in rollout, env, return, length)``, in rank order, on every rank:

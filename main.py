@@ -387,6 +387,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         distributed.check_same_run(config, state.update, context)
         distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)
         agent.gradient_reducer = distributed.gradient_reducer(context)
+        agent.sum_over_ranks = distributed.sum_over_ranks(context)
         run_dir = distributed.broadcast_object(run_dir, context)
         # Events logged after the checkpoint was written (step > its step) are dropped: curves carry on.
         purge = state.step + 1 if checkpoint else None

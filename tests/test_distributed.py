@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -182,14 +182,21 @@ def synthetic_batch(envs: slice) -> Batch:
                  next_obs=obs[1:, envs], valid=torch.ones(T, N)[:, envs])
 
 
-def gradients(batch: Batch, reducer=None, bf16: bool = False) -> list[torch.Tensor]:
-    """The gradient of an update on ``batch`` of the recurrent default with curiosity, made from
-    seed 0 (the same weights everywhere), after the agent's reduce_gradients hook. With ``bf16``
-    the encoder runs in bfloat16 and the loss is built inside ``casting_once``, as a rollout is
-    collected: the encoder's weights get their gradient only at the end of the backward call."""
+VARIANTS = {"float32": {}, "bf16-encoder": {"speed": Speed(bf16=True)}, "normalized-advantages": {
+    "normalize_advantages": True}}
+
+
+def gradients(batch: Batch, variant: str, context: Optional[RunContext] = None) -> list[torch.Tensor]:
+    """The gradient of an update on ``batch`` of the recurrent default with curiosity and the
+    settings of ``variant``, made from seed 0 (the same weights everywhere), after the agent's
+    reduce_gradients hook (``context``: one rank of a data-parallel run). The loss is built inside
+    ``casting_once``, as a rollout is collected: with the bfloat16 encoder its weights get their
+    gradient only at the end of the backward call."""
     torch.manual_seed(0)
-    agent = agent_from_config(Config(curiosity=Curiosity(enabled=True), speed=Speed(bf16=bf16)), (4, 84, 84), 6)
-    agent.gradient_reducer = reducer
+    agent = agent_from_config(Config(curiosity=Curiosity(enabled=True), **VARIANTS[variant]), (4, 84, 84), 6)
+    if context is not None:
+        agent.gradient_reducer = distributed.gradient_reducer(context)
+        agent.sum_over_ranks = distributed.sum_over_ranks(context)
     with agent.model.casting_once():
         total = agent.loss(batch)["total"]
     total.backward()
@@ -197,34 +204,34 @@ def gradients(batch: Batch, reducer=None, bf16: bool = False) -> list[torch.Tens
     return [p.grad.clone() for p in agent.params]
 
 
-def _shard_gradients(rank: int, port: int, out_dir: str, bf16: bool) -> None:
+def _shard_gradients(rank: int, port: int, out_dir: str, variant: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         shard = synthetic_batch(slice(2 * rank, 2 * rank + 2))
-        grads = gradients(shard, distributed.gradient_reducer(RunContext(rank, 2)), bf16)
-        torch.save(grads, os.path.join(out_dir, f"grads{rank}.pt"))
+        torch.save(gradients(shard, variant, RunContext(rank, 2)), os.path.join(out_dir, f"grads{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16-encoder"])
-def test_two_ranks_of_two_envs_average_the_gradient_of_one_process_of_four(tmp_path, bf16):
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_two_ranks_of_two_envs_average_the_gradient_of_one_process_of_four(tmp_path, variant):
     """Mean-reduced losses over equal shards: the mean of the ranks' gradients is the gradient of the
-    whole batch, for every parameter of the policy (encoder, LSTM, heads) and of the curiosity module,
-    the bfloat16 encoder's too (to bfloat16's precision)."""
-    mp.spawn(_shard_gradients, args=(free_port(), str(tmp_path), bf16), nprocs=2, join=True)
+    whole batch, for every parameter of the policy (encoder, LSTM, heads) and of the curiosity module;
+    with the bfloat16 encoder to bfloat16's precision; with --normalize-advantages standardized by
+    the whole batch's mean and std, not each rank's."""
+    mp.spawn(_shard_gradients, args=(free_port(), str(tmp_path), variant), nprocs=2, join=True)
     first, second = (torch.load(tmp_path / f"grads{r}.pt", weights_only=True) for r in range(2))
-    whole = gradients(synthetic_batch(slice(0, N)), bf16=bf16)
+    whole = gradients(synthetic_batch(slice(0, N)), variant)
     assert len(first) == len(whole) > 20  # the ICM's parameters are among them
     for a, b, expected in zip(first, second, whole):
         assert torch.equal(a, b)  # every rank applies the same update
-        if bf16:  # sums of bfloat16 products over other samples: near, not equal
+        if variant == "bf16-encoder":  # sums of bfloat16 products over other samples: near, not equal
             assert (a - expected).norm() <= 0.02 * expected.norm() + 1e-6
         else:
             torch.testing.assert_close(a, expected, rtol=1e-4, atol=1e-6)
     # ... and a rank's own gradient is not that average: the reduction did the work.
-    alone = gradients(synthetic_batch(slice(0, 2)), bf16=bf16)
+    alone = gradients(synthetic_batch(slice(0, 2)), variant)
     assert any((a - b).norm() > 0.1 * b.norm() for a, b in zip(alone, whole))
 
 
