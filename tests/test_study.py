@@ -181,22 +181,23 @@ def test_the_screen_changes_one_setting_of_the_defaults_in_each_configuration():
 # ------------------------------------------------------------------------------------------------ end to end
 def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_left(tmp_path, capsys):
     log_dir, out = tmp_path / "study", tmp_path / "report" / "tiny"
-    # Games of 40 frames (10 steps) end at env step 20 with 2 envs; 40 steps are 4 updates of a, 10 of b.
+    # Games of 40 frames (10 steps) end at step t = 9 of each env: env 0's at env step 9 * 2 + 1 = 19, env 1's
+    # at 20 (each env's steps counted in turn); 40 steps are 4 updates of a, 10 of b.
     argv = ["--configs", "a=", "b=--rollout-size 2", "--flags", "--num-envs 2 --max-episode-frames 40 "
             "--log-interval 1 --no-cuda", "--steps", "40", "--parallel", "2", "--log-dir", str(log_dir),
             "--out", str(out), "--reach", "-21", "5"]
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "study.py"), *argv], capture_output=True,
                             text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "| a | none | 42 | 40 | 20 | not reached | 0.00 |" in result.stdout
-    assert "| b | `--rollout-size 2` | 42 | 40 | 20 | not reached | 0.00 |" in result.stdout
+    assert "| a | none | 42 | 40 | 19 | not reached | 0.00 |" in result.stdout
+    assert "| b | `--rollout-size 2` | 42 | 40 | 19 | not reached | 0.00 |" in result.stdout
     for suffix in (".md", ".json", ".png"):
         assert (tmp_path / "report" / f"tiny{suffix}").stat().st_size > 0
     rows = json.loads((tmp_path / "report" / "tiny.json").read_text())["rows"]
     assert [row["config"] for row in rows] == ["a", "b"]
     for row in rows:
         assert row["seeds"] == [42] and row["env_steps"] == 40
-        assert row["steps_to_reach"] == {"-21": [20], "5": [None]}
+        assert row["steps_to_reach"] == {"-21": [19], "5": [None]}
     for name, updates in (("a", 4), ("b", 10)):
         root = log_dir / f"{name}_seed42"
         assert (root / "done").read_text().strip() == str(updates)
@@ -215,4 +216,4 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     assert study.main(["--report-only", "--log-dir", str(log_dir), "--reach", "-21"]) == 0
     report = (log_dir / "study.md").read_text()
     assert "flags of all runs: `--num-envs 2 --max-episode-frames 40 --log-interval 1 --no-cuda`" in report
-    assert "| a | none | 42 | 40 | 20 |" in report and "| b | `--rollout-size 2` | 42 | 40 | 20 |" in report
+    assert "| a | none | 42 | 40 | 19 |" in report and "| b | `--rollout-size 2` | 42 | 40 | 19 |" in report
