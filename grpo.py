@@ -31,21 +31,19 @@ update is REINFORCE with the group mean as baseline (the estimator GRPO grew fro
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import numpy as np
 import torch
-import torch.nn as nn
 
 from agent import A2CAgent
 from config import SEED_LIMIT
 from model import ActorCritic
 from runner import Runner
 
-# Groups' reset seeds start this far past the run's seed, apart from the evaluation envs' seeds
-# (config.EVAL_SEED_OFFSET past it) for the first million rounds of 4 groups.
+# Groups' reset seeds start this far past the run's seed, above the evaluation envs' seeds
+# (config.EVAL_SEED_OFFSET past it), and climb from there: they meet those again only after
+# wrapping at config.SEED_LIMIT, hundreds of millions of groups later.
 GROUP_SEED_OFFSET = 5_000_000
 
 # Returns of a group closer together than this count as equal: the group is skipped.
