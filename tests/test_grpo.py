@@ -269,6 +269,8 @@ def test_grpo_logs_its_statistics_on_the_env_step_axis(tmp_path):
     assert "loss/value" not in tags and "train/explained_variance" not in tags
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
     assert acc.Scalars("grpo/skipped_groups")[-1].step == last["step"]  # env steps, not updates
+    assert cli.main(["--plot", run_dir, "--out", str(tmp_path / "grpo.png")]) == 0  # --plot draws a GRPO run
+    assert (tmp_path / "grpo.png").stat().st_size > 0
     # Members ending at the same step of a round are logged at steps of their own: no episode is lost.
     ends = [event.step for event in acc.Scalars("episode/return")]
     assert len(set(ends)) == len(ends) == last["episode_count"] and max(ends) <= last["step"]
