@@ -23,12 +23,12 @@ def train_sb3(env_name: str, num_envs: int, steps: int, seed: int, threads: int 
     import torch
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.utils import get_linear_fn
+    from stable_baselines3.common.utils import LinearSchedule
 
     torch.set_num_threads(threads)
     envs = make_vec_env(env_name, n_envs=num_envs, seed=seed)
     model = A2C("MlpPolicy", envs, n_steps=5, gamma=0.995, ent_coef=1e-5, seed=seed, device="cpu",
-                learning_rate=get_linear_fn(8.3e-4, 0.0, 1.0), stats_window_size=100)
+                learning_rate=LinearSchedule(8.3e-4, 0.0, 1.0), stats_window_size=100)
     model.learn(total_timesteps=steps)
     returns = [info["r"] for info in model.ep_info_buffer]
     envs.close()
