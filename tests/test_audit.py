@@ -270,17 +270,27 @@ def wait_for_first_last(proc: subprocess.Popen) -> str:
     return last_path
 
 
-def test_sigint_finishes_the_update_writes_last_and_exits_zero(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-u", "main.py", *TINY, "--num-updates", "100000",
-                             "--max-episode-frames", "120", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def stop_after_first_last(argv: list[str], signum: int) -> tuple[subprocess.Popen, str, str, str]:
+    """Train ``main.py argv`` in a process, send it ``signum`` once its first a2c_last is written
+    (inside the loop: the handlers are in place), and wait for it to end.
+
+    Returns the process, the a2c_last path, and its stdout and stderr."""
+    proc = subprocess.Popen([sys.executable, "-u", "main.py", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         last_path = wait_for_first_last(proc)
-        assert os.path.exists(last_path)  # written inside the loop: the handlers are in place
-        proc.send_signal(signal.SIGINT)
+        assert os.path.exists(last_path)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    return proc, last_path, out, err
+
+
+def test_sigint_finishes_the_update_writes_last_and_exits_zero(tmp_path):
+    proc, last_path, out, err = stop_after_first_last(
+        [*TINY, "--num-updates", "100000", "--max-episode-frames", "120", "--checkpoint-interval", "1",
+         "--log-dir", str(tmp_path)], signal.SIGINT)
     assert proc.returncode == 0, err  # README: Ctrl+C ... exits with code 0
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     final = out.strip().splitlines()[-1]

@@ -323,21 +323,11 @@ def test_sigterm_stops_a_grpo_run_after_its_round_and_it_resumes(tmp_path):
     """SIGTERM mid-run: the round in progress finishes, a2c_last is written where the run stopped,
     the exit code is 0, and the run resumes from there."""
     import signal
-    import subprocess
-    import sys
 
-    from test_audit import REPO, wait_for_first_last
+    from test_audit import stop_after_first_last
 
-    proc = subprocess.Popen([sys.executable, "-u", "main.py", *GRPO, "--num-updates", "100000", "--checkpoint-interval",
-                             "1", "--log-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        last_path = wait_for_first_last(proc)
-        assert os.path.exists(last_path)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    proc, last_path, out, err = stop_after_first_last(
+        [*GRPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGTERM)
     assert proc.returncode == 0, err
     final = out.strip().splitlines()[-1]
     last = checkpoints.load_checkpoint(last_path)
