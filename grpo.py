@@ -169,7 +169,6 @@ class GRPOAgent(A2CAgent):
         self.reference: Optional[ActorCritic] = None
         if kl_coeff > 0:
             self.reference = copy.deepcopy(model).requires_grad_(False)
-        self.updates = 0  # updates done, for the reference's refresh (restored from checkpoints)
 
     def make_group_batch(self, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
                          log_probs: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor) -> GroupBatch:
@@ -206,10 +205,14 @@ class GRPOAgent(A2CAgent):
         logits, _, _ = self.reference.forward_sequence(batch.obs, state, batch.episode_starts)
         return self.reference.distribution(logits).log_prob(batch.actions)
 
-    def learn(self, batch: GroupBatch, generator: Optional[torch.Generator] = None) -> dict[str, float]:
-        """``update_epochs`` passes over the round's members in ``minibatches`` shuffled minibatches,
-        one clipped gradient step each. Returns the mean of each term over the steps taken, and
-        ``grpo/*`` statistics of the round. Without an informative group no step is taken."""
+    def learn(self, batch: GroupBatch, update: int, ref_log_probs: Optional[torch.Tensor] = None,
+              generator: Optional[torch.Generator] = None) -> dict[str, float]:
+        """Update ``update`` (counted from 0): ``update_epochs`` passes over the round's members in
+        ``minibatches`` shuffled minibatches, one clipped gradient step each; then the KL reference
+        is refreshed if ``ref_interval`` updates have passed. ``ref_log_probs``: the round's
+        :meth:`reference_log_probs`, when the caller has them already. Returns the mean of each
+        term over the steps taken, and ``grpo/*`` statistics of the round. Without an informative
+        group no step is taken."""
         stats: dict[str, float] = {"skipped": 0.0}
         groups = batch.informative.numel()
         grouped = batch.returns.view(groups, -1)
@@ -218,9 +221,10 @@ class GRPOAgent(A2CAgent):
         stats["grpo/skipped_groups"] = float((~batch.informative).float().mean())
         stats["grpo/episode_length"] = float(batch.mask.sum(0).mean())
         if not bool(batch.informative.any()):
-            self._count_update()
+            self._refresh_reference(update)
             return stats
-        ref_log_probs = self.reference_log_probs(batch)
+        if ref_log_probs is None:
+            ref_log_probs = self.reference_log_probs(batch)
         # Only members that train are split into minibatches (the others weigh 0 in every loss).
         members = torch.nonzero(batch.informative.repeat_interleave(self.group_size)).squeeze(1).to(self.device)
         chunks = min(self.minibatches, len(members))
@@ -237,26 +241,22 @@ class GRPOAgent(A2CAgent):
                 for name, value in result.items():
                     sums[name] = sums.get(name, 0.0) + value
         stats.update({name: value / max(steps, 1) for name, value in sums.items() if name != "skipped"})
-        self._count_update()
+        self._refresh_reference(update)
         return stats
 
-    def _count_update(self) -> None:
-        self.updates += 1
-        if self.reference is not None and self.updates % self.ref_interval == 0:
+    def _refresh_reference(self, update: int) -> None:
+        if self.reference is not None and (update + 1) % self.ref_interval == 0:
             self.reference.load_state_dict(self.model.state_dict())
 
     def state(self, full: bool = True) -> dict[str, Any]:
-        """A2C's checkpoint part, plus (full) the KL reference's weights and the update count."""
+        """A2C's checkpoint part, plus (full) the KL reference's weights."""
         data = super().state(full)
-        if full:
-            data["grpo_updates"] = self.updates
-            if self.reference is not None:
-                data["reference"] = self.reference.state_dict()
+        if full and self.reference is not None:
+            data["reference"] = self.reference.state_dict()
         return data
 
     def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
         super().load(checkpoint, path)
-        self.updates = int(checkpoint.get("grpo_updates", 0))
         if self.reference is not None:
             self.reference.load_state_dict(checkpoint.get("reference", self.model.state_dict()))
 
@@ -323,11 +323,13 @@ class GroupRunner(Runner):
 
     def learn(self, batch: GroupBatch) -> dict[str, float]:  # type: ignore[override]
         """The agent's GRPO update; the round's loss before it is what ``a2c_best_loss`` judges."""
+        ref_log_probs = None
         if bool(batch.informative.any()):
+            ref_log_probs = self.agent.reference_log_probs(batch)  # computed once, for both
             with torch.no_grad():
-                total = float(self.agent.loss(batch, ref_log_probs=self.agent.reference_log_probs(batch))["total"])
+                total = float(self.agent.loss(batch, ref_log_probs=ref_log_probs)["total"])
             self.checkpoints.loss_computed(self.state, total)
-        return self.agent.learn(batch)
+        return self.agent.learn(batch, self.state.update, ref_log_probs)
 
     def env_steps(self, batch: GroupBatch) -> int:  # type: ignore[override]
         return batch.env_steps

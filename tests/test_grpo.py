@@ -163,7 +163,7 @@ def test_a_round_of_equal_groups_changes_nothing_and_is_counted():
     agent = tiny_agent(group_size=2)
     weights = [p.detach().clone() for p in agent.model.parameters()]
     batch = tiny_batch(agent, torch.ones(3, 4), torch.ones(3, 4))  # every member returns 3
-    stats = agent.learn(batch)
+    stats = agent.learn(batch, update=0)
     assert stats["grpo/skipped_groups"] == 1.0 and stats["skipped"] == 0.0
     assert "policy" not in stats  # no step was taken
     for before, after in zip(weights, agent.model.parameters()):
@@ -181,11 +181,11 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
             return float(dist.log_prob(batch.actions[:, [member]]).sum())
     winner, loser = log_prob_of(0), log_prob_of(1)
     reference = [p.clone() for p in agent.reference.parameters()]
-    stats = agent.learn(batch)
+    stats = agent.learn(batch, update=0)
     assert log_prob_of(0) > winner and log_prob_of(1) < loser
     assert stats["kl"] >= 0 and stats["grpo/skipped_groups"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(reference, agent.reference.parameters()))  # 1 update: frozen
-    agent.learn(batch)  # the second update refreshes it
+    agent.learn(batch, update=1)  # the second update refreshes it
     assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), agent.reference.parameters()))
 
 
