@@ -312,6 +312,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
+                        mlp_width=config.mlp_width, log_std_init=config.log_std_init,
                         # Vector observations without memory: actor and critic each with an MLP of its own.
                         separate_critic=len(obs_shape) == 1 and not config.recurrent,
                         channels_last=speed.channels_last, bf16=speed.bf16,

@@ -163,6 +163,11 @@ class Config:
     """Encoder followed by an LSTM cell; False drops the LSTM (feed-forward)."""
     hidden_size: int = 256
     """Size of the LSTM state."""
+    mlp_width: int = 64
+    """Units in each of the two tanh layers of the MLP encoder (vector observations; the actor's
+    and, without --recurrent, the critic's)."""
+    log_std_init: float = 0.0
+    """Starting log standard deviation of the Gaussian policy (continuous actions; 0: std 1)."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
     lstm_norm: bool = True

@@ -111,9 +111,10 @@ class MLPEncoder(nn.Module):
 
 
 def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False,
-                  cpu_chunk: int = 0) -> nn.Module:
+                  cpu_chunk: int = 0, mlp_width: int = 64) -> nn.Module:
     """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder, flat vectors
-    ``[D]`` the :class:`MLPEncoder` (``arch`` names the conv encoder and only applies to images).
+    ``[D]`` the :class:`MLPEncoder` of ``mlp_width`` units a layer (``arch`` names the conv encoder
+    and only applies to images).
 
     ``universe``: :class:`ConvEncoder` (the universe-starter-agent and curiosity-paper network);
     ``nature``: :class:`NatureEncoder`.
@@ -121,7 +122,7 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
     if len(obs_shape) == 1:
-        return MLPEncoder(int(obs_shape[0]))
+        return MLPEncoder(int(obs_shape[0]), mlp_width)
     if len(obs_shape) != 3:
         raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported "
                          "(images [C, H, W] and flat vectors [D] are)")
@@ -185,19 +186,21 @@ class ActorCritic(nn.Module):
                  hidden_size: int = 256, arch: str = "universe", channels_last: bool = False,
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
                  continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
-                 separate_critic: bool = False, encoder_chunk: int = 0) -> None:
+                 separate_critic: bool = False, mlp_width: int = 64, log_std_init: float = 0.0,
+                 encoder_chunk: int = 0) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
                      "recurrent": bool(recurrent), "hidden_size": int(hidden_size), "arch": arch,
                      "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
                      "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent),
-                     "critic": bool(critic), "separate_critic": bool(separate_critic and critic)}
+                     "critic": bool(critic), "separate_critic": bool(separate_critic and critic),
+                     "mlp_width": int(mlp_width)}
         self.continuous = bool(continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
         self.bf16 = bf16
-        self.encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk)
+        self.encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width)
         features = self.encoder.out_features
         # Each frame's features to zero mean and unit spread (learned scale and shift) before the core.
         self.feature_norm = nn.LayerNorm(features) if feature_norm else None
@@ -210,14 +213,14 @@ class ActorCritic(nn.Module):
             features = features + hidden_size if self.core_skip else hidden_size
         # The actor gives the logits of a categorical policy (discrete actions) or the mean of a
         # diagonal Gaussian (continuous actions, num_actions dimensions) whose log standard
-        # deviation is learned apart from the state, starting at 0 (std 1).
+        # deviation is learned apart from the state, starting at log_std_init (0: std 1).
         self.actor = nn.Linear(features, num_actions)
-        self.log_std = nn.Parameter(torch.zeros(num_actions)) if self.continuous else None
+        self.log_std = nn.Parameter(torch.full((num_actions,), float(log_std_init))) if self.continuous else None
         # Without a critic there is no value head: every value is 0 (see values()). With
         # separate_critic the critic reads the observation through an encoder of its own (as the
         # actor and critic of SB3's and CleanRL's agents for control envs), so that its loss, on the
         # scale of the returns, does not shape the actor's features.
-        self.critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk) \
+        self.critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width) \
             if critic and separate_critic else None
         critic_features = self.critic_encoder.out_features if self.critic_encoder is not None else features
         self.critic = nn.Linear(critic_features, 1) if critic else None

@@ -152,6 +152,27 @@ def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--protocol", "machado"]) == 2
 
 
+def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(tmp_path):
+    """--mlp-width sets both MLPs' layers (actor's and critic's), --log-std-init the Gaussian's
+    starting std; a checkpoint rebuilds the same widths, and one saved without a width (before
+    the flag) still loads as the 64-unit network it was."""
+    argv = ["--env-name", "Pendulum-v1", "--num-envs", "2", "--num-updates", "1", "--no-progress", "--threads", "1",
+            "--mlp-width", "32", "--log-std-init", "-2", "--log-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1_*"))
+    data = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
+    assert data["model_spec"]["mlp_width"] == 32
+    weights = data["model"]
+    assert weights["encoder.layers.0.weight"].shape == (32, 3) and weights["encoder.layers.2.weight"].shape == (32, 32)
+    assert weights["critic_encoder.layers.2.weight"].shape == (32, 32) and weights["actor.weight"].shape == (1, 32)
+    # One update of RMSprop moves the log-std by about lr at most from where it started.
+    assert float(weights["log_std"]) == pytest.approx(-2.0, abs=0.01)
+    assert ActorCritic((3,), 1, recurrent=False, continuous=True).log_std.tolist() == [0.0]
+    old_spec = {k: v for k, v in data["model_spec"].items() if k != "mlp_width"}
+    assert ActorCritic(**old_spec).encoder.out_features == 64
+    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--mlp-width", "64"]) == 2
+
+
 def test_cartpole_learns(tmp_path):
     """The vector path learns, not only runs: a feed-forward agent lifts CartPole's mean return
     well above random play (about 22) within 32,000 env steps."""
