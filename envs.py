@@ -45,23 +45,25 @@ def check_env_id(env_name: str) -> None:
         raise UsageError(f"unknown env id '{env_name}'{hint}")
 
 
-def check_env(env_name: str) -> None:
+def check_env(env_name: str) -> bool:
     """:func:`check_env_id`, and for a non-Atari env its spaces (one env built and closed): raise
-    `UsageError` before anything is written if the agent cannot play it."""
+    `UsageError` before anything is written if the agent cannot play it. Returns whether its
+    actions are continuous (an Atari game's never are)."""
     check_env_id(env_name)
-    if not _is_atari(env_name):
-        env = gym.make(env_name)
-        try:
-            _check_spaces(env_name, env.observation_space, env.action_space)
-        finally:
-            env.close()
+    if _is_atari(env_name):
+        return False
+    env = gym.make(env_name)
+    try:
+        return _check_spaces(env_name, env.observation_space, env.action_space)
+    finally:
+        env.close()
 
 
-def _check_spaces(env_name: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+def _check_spaces(env_name: str, observation_space: gym.Space, action_space: gym.Space) -> bool:
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
         raise UsageError(f"'{env_name}' observes {observation_space}; this agent trains on Atari games and on "
                          "envs with flat Box observations")
-    action_size(action_space)  # refuses what it cannot act in
+    return action_size(action_space)[1]  # refuses what it cannot act in
 
 
 def is_atari(env_name: str) -> bool:

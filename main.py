@@ -344,7 +344,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         except OSError as exc:
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
-        check_env(config.env_name)
+        continuous = check_env(config.env_name)
+        if not continuous and config.log_std_init != Config.log_std_init:
+            raise UsageError(f"--log-std-init is for continuous actions; {config.env_name}'s are discrete")
         if config.algo == "grpo":
             check_grpo(config)
         if not is_atari(config.env_name):
@@ -353,6 +355,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         elif config.normalize_obs or config.normalize_reward:
             raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
                              f"of {config.env_name}")
+        elif config.mlp_width != Config.mlp_width:
+            raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
+                             f"frames go through the conv encoder (--arch)")
         if config.randomize_domain:
             check_randomizable(config.env_name)
         run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0

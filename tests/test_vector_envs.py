@@ -187,6 +187,8 @@ def test_cartpole_learns(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
     (["--env-name", "FrozenLake-v1"], "flat Box observations"),
+    (["--env-name", "CartPole-v1", "--log-std-init", "-1"], "--log-std-init is for continuous actions"),
+    (["--env-name", "PongNoFrameskip-v4", "--mlp-width", "128"], "--mlp-width is the width of the MLP"),
 ])
 def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
