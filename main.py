@@ -20,9 +20,9 @@ from config import (ALGOS, ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Confi
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "feature_norm", "core_skip",
-                "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir", "curiosity.enabled",
-                "curiosity.normalize", "algo", "group.size"}
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init",
+                "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
+                "curiosity.enabled", "curiosity.normalize", "algo", "group.size"}
 # Settings of --algo grpo only: typed for A2C they are refused rather than silently ignored.
 GRPO_ONLY = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
                                                "minibatches", "kl_coeff", "ref_interval"))

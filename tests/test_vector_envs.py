@@ -170,7 +170,9 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     assert ActorCritic((3,), 1, recurrent=False, continuous=True).log_std.tolist() == [0.0]
     old_spec = {k: v for k, v in data["model_spec"].items() if k != "mlp_width"}
     assert ActorCritic(**old_spec).encoder.out_features == 64
+    # Both shape the network a run starts with: a resumed run keeps its own.
     assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--mlp-width", "64"]) == 2
+    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--log-std-init", "0"]) == 2
 
 
 def test_cartpole_learns(tmp_path):
