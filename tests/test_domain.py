@@ -194,6 +194,11 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     lander = main.with_env_defaults(config, typed)
     assert (lander.recurrent, lander.num_envs, lander.gamma, lander.lr, lander.lr_schedule, lander.entropy_coeff,
             lander.total_steps) == (False, 32, 0.995, 8.3e-4, "linear", 1e-5, 1_000_000)
+    config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--no-normalize-reward"])
+    continuous = main.with_env_defaults(config, typed)
+    assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
+            continuous.entropy_coeff, continuous.log_std_init, continuous.normalize_obs, continuous.normalize_reward,
+            continuous.lr, continuous.lr_schedule) == (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, False, 7e-4, "linear")
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
     assert main.with_env_defaults(config, typed).num_envs == 4
     config, _, typed = main.parse_args(["--env-name", "CartPole-v1", "--recurrent"])
