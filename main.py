@@ -30,7 +30,8 @@ FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "feature_norm", "core_skip", "lstm_norm", "critic", "n_stack")
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "feature_norm", "core_skip", "lstm_norm", "critic",
+                "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
