@@ -138,6 +138,8 @@ class A2CAgent:
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.estimator = estimator or functools.partial(compute_returns, gamma=gamma, gae_lambda=gae_lambda)
         self.normalize_advantages = normalize_advantages
+        # State-dependent exploration's weights for the current rollout (see draw_exploration).
+        self.exploration: Optional[torch.Tensor] = None
 
     @property
     def device(self) -> torch.device:
@@ -151,7 +153,7 @@ class A2CAgent:
         values ``[N]`` and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
         dist = self.model.distribution(logits)
-        actions = dist.sample()
+        actions = self.sample(dist, logits)
         return actions, dist.log_prob(actions), values, state
 
     def act_with_graph(self, obs: torch.Tensor, state: State,
@@ -168,9 +170,28 @@ class A2CAgent:
         logits, values, state = self.model(obs, state, episode_starts)
         with torch.no_grad():
             dist = self.model.distribution(logits)
-            actions = dist.sample()
+            actions = self.sample(dist, logits)
             log_probs = dist.log_prob(actions)
         return actions, log_probs, logits, values, state
+
+    def sample(self, dist: Distribution, logits: torch.Tensor) -> torch.Tensor:
+        """An action per env from the policy ``dist``. With state-dependent exploration and noise
+        drawn for the rollout (:meth:`draw_exploration`), env i's action is its mean plus
+        ``features_i @ W_i``: the same weights ``W_i`` through the rollout, so the noise changes
+        with the state, smoothly, rather than at random every step (gSDE, Raffin et al. 2022)."""
+        if self.exploration is None or self.exploration.shape[0] != logits.shape[0]:
+            return dist.sample()
+        mean = self.model.mode(logits)
+        features = logits[..., mean.shape[-1]:]
+        return mean + torch.einsum("nf,nfa->na", features, self.exploration)
+
+    @torch.no_grad()
+    def draw_exploration(self, num_envs: int) -> None:
+        """New exploration weights ``W [N, F, A] ~ N(0, exp(log_std)^2)`` for a rollout of
+        ``num_envs`` envs; nothing without state-dependent exploration."""
+        if self.model.sde:
+            std = self.model.log_std.exp()
+            self.exploration = torch.randn(num_envs, *std.shape, device=std.device) * std
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
@@ -312,7 +333,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
-                        mlp_width=config.mlp_width, log_std_init=config.log_std_init,
+                        mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
                         # Vector observations without memory: actor and critic each with an MLP of its own.
                         separate_critic=len(obs_shape) == 1 and not config.recurrent,
                         channels_last=speed.channels_last, bf16=speed.bf16,

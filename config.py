@@ -37,14 +37,20 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "LunarLanderContinuous-v3": {"num_envs": 4, "rollout_size": 8, "num_updates": 156_250, "gae_lambda": 0.9,
                                  "entropy_coeff": 0.0, "log_std_init": -2.0, "normalize_obs": True,
                                  "normalize_reward": True, "lr_schedule": "linear"},
+    # The Zoo's Pendulum-v1, with its state-dependent exploration (--sde): 8 envs x 8 steps, gamma
+    # 0.9, GAE 0.9, no entropy bonus, log-std -2, normalized, lr 7e-4 decayed linearly, 1M env steps.
+    "Pendulum-v1": {"num_envs": 8, "rollout_size": 8, "num_updates": 15_625, "gamma": 0.9, "gae_lambda": 0.9,
+                    "entropy_coeff": 0.0, "log_std_init": -2.0, "sde": True, "normalize_obs": True,
+                    "normalize_reward": True, "lr_schedule": "linear"},
 }
 
 
-# --algo grpo on top of its env's defaults: no critic, Adam at PPO's 3e-4 (several epochs of
+# --algo grpo on top of its env's defaults: no critic (nor reward normalization, which scales
+# the critic's targets and which an env's A2C recipe may turn on), Adam at PPO's 3e-4 (several epochs of
 # minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
 # (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length. A
 # round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
-GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "num_envs": 32, "optimizer": "adam", "lr": 3e-4,
+GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam", "lr": 3e-4,
                                  "lr_schedule": "constant", "num_updates": 1_000_000, "max_env_steps": 1_000_000,
                                  "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
 
@@ -174,6 +180,9 @@ class Config:
     and, without --recurrent, the critic's)."""
     log_std_init: float = 0.0
     """Starting log standard deviation of the Gaussian policy (continuous actions; 0: std 1)."""
+    sde: bool = False
+    """State-dependent exploration (gSDE's noise model): each continuous action's spread is a learned
+    function of the actor's features, not one number per action; noise drawn afresh every step."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
     lstm_norm: bool = True

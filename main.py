@@ -20,7 +20,7 @@ from config import (ALGOS, ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Confi
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init",
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
                 "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
                 "curiosity.enabled", "curiosity.normalize", "algo", "group.size"}
 # Settings of --algo grpo only: typed for A2C they are refused rather than silently ignored.
@@ -30,7 +30,7 @@ FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "feature_norm", "core_skip", "lstm_norm", "critic",
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
                 "n_stack")
 
 
@@ -76,6 +76,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     flag("--mlp-width", field="mlp_width", type=positive_int, metavar="N")
     flag("--log-std-init", field="log_std_init", type=float, metavar="X")
+    switch("--sde", "sde")
     switch("--feature-norm", "feature_norm")
     switch("--core-skip", "core_skip")
     switch("--lstm-norm", "lstm_norm")
@@ -346,8 +347,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
         continuous = check_env(config.env_name)
-        if not continuous and config.log_std_init != Config.log_std_init:
-            raise UsageError(f"--log-std-init is for continuous actions; {config.env_name}'s are discrete")
+        if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
+            flag = "--sde" if config.sde else "--log-std-init"
+            raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
         if config.algo == "grpo":
             check_grpo(config)
         if not is_atari(config.env_name):

@@ -164,6 +164,9 @@ class LayerNormLSTMCell(nn.Module):
         return h, c
 
 
+SDE_EPSILON = 1e-6  # added to a state-dependent variance, which is 0 where the features are
+
+
 class ActorCritic(nn.Module):
     """Encoder -> LSTMCell (or nothing, with ``recurrent=False``) -> actor and state value.
 
@@ -187,7 +190,7 @@ class ActorCritic(nn.Module):
                  bf16: bool = False, feature_norm: bool = False, core_skip: bool = False,
                  continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
                  separate_critic: bool = False, mlp_width: int = 64, log_std_init: float = 0.0,
-                 encoder_chunk: int = 0) -> None:
+                 sde: bool = False, encoder_chunk: int = 0) -> None:
         super().__init__()
         # What rebuilds this network from a checkpoint (memory layout is not part of it).
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions),
@@ -195,8 +198,9 @@ class ActorCritic(nn.Module):
                      "feature_norm": bool(feature_norm), "core_skip": bool(core_skip and recurrent),
                      "continuous": bool(continuous), "lstm_norm": bool(lstm_norm and recurrent),
                      "critic": bool(critic), "separate_critic": bool(separate_critic and critic),
-                     "mlp_width": int(mlp_width)}
+                     "mlp_width": int(mlp_width), "sde": bool(sde and continuous)}
         self.continuous = bool(continuous)
+        self.sde = bool(sde and continuous)
         self.recurrent = recurrent
         self.hidden_size = hidden_size
         self.bf16 = bf16
@@ -213,9 +217,12 @@ class ActorCritic(nn.Module):
             features = features + hidden_size if self.core_skip else hidden_size
         # The actor gives the logits of a categorical policy (discrete actions) or the mean of a
         # diagonal Gaussian (continuous actions, num_actions dimensions) whose log standard
-        # deviation is learned apart from the state, starting at log_std_init (0: std 1).
+        # deviation is learned apart from the state, starting at log_std_init (0: std 1). With sde
+        # (state-dependent exploration, gSDE's noise model) the spread of action j in a state is
+        # sqrt(sum_i features_i^2 * exp(log_std[i, j])^2): the features are the actor's (detached).
         self.actor = nn.Linear(features, num_actions)
-        self.log_std = nn.Parameter(torch.full((num_actions,), float(log_std_init))) if self.continuous else None
+        std_shape = (features, num_actions) if self.sde else (num_actions,)
+        self.log_std = nn.Parameter(torch.full(std_shape, float(log_std_init))) if self.continuous else None
         # Without a critic there is no value head: every value is 0 (see values()). With
         # separate_critic the critic reads the observation through an encoder of its own (as the
         # actor and critic of SB3's and CleanRL's agents for control envs), so that its loss, on the
@@ -246,16 +253,33 @@ class ActorCritic(nn.Module):
         if self.encoder.channels_last:
             self.encoder.to(memory_format=torch.channels_last)
 
+    def policy_out(self, core: torch.Tensor) -> torch.Tensor:
+        """What the policy's distribution is made of, from the core's output ``[..., F]``: the
+        actor's output ``[..., A]``, followed with sde by the (detached) features its spread
+        reads, ``[..., A + F]``."""
+        out = self.actor(core)
+        return torch.cat([out, core.detach()], -1) if self.sde else out
+
     def distribution(self, actor_out: torch.Tensor) -> Distribution:
-        """The policy at the actor's output ``[..., A]``: categorical over the logits, or a diagonal
+        """The policy at ``policy_out``'s output: categorical over the logits, or a diagonal
         Gaussian around the mean whose ``log_prob`` and ``entropy`` sum over action dimensions."""
         if not self.continuous:
             return Categorical(logits=actor_out)
-        return Independent(Normal(actor_out, self.log_std.exp().expand_as(actor_out)), 1)
+        mean = self.mode(actor_out)
+        if self.sde:
+            variance = actor_out[..., mean.shape[-1]:].pow(2) @ self.log_std.exp().pow(2)
+            return Independent(Normal(mean, (variance + SDE_EPSILON).sqrt()), 1)
+        return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)
 
     def mode(self, actor_out: torch.Tensor) -> torch.Tensor:
         """The most probable action: the largest logit, or the Gaussian's mean."""
-        return actor_out if self.continuous else actor_out.argmax(dim=-1)
+        if not self.continuous:
+            return actor_out.argmax(dim=-1)
+        return actor_out[..., :self.actor.out_features]
+
+    def sample_with(self, actor_out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """A continuous action from standard normal ``noise`` of the action's shape: mean + spread * noise."""
+        return self.mode(actor_out) + self.distribution(actor_out).base_dist.scale * noise
 
     def values(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         """The critic's values ``[...]`` of the core's output ``[..., F]`` (or, with a critic of its
@@ -313,7 +337,7 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
         out, state = self._core(self.encode(obs), state, episode_starts)
-        return self.actor(out), self.values(out, obs), state
+        return self.policy_out(out), self.values(out, obs), state
 
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
@@ -368,4 +392,4 @@ class ActorCritic(nn.Module):
             core = torch.stack(outputs)
         else:
             core = features
-        return self.actor(core), self.values(core, obs), state
+        return self.policy_out(core), self.values(core, obs), state

@@ -105,6 +105,7 @@ class Runner:
         # Truncated backpropagation through time: no gradient flows into the previous rollout.
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)
+        agent.draw_exploration(self.envs.num_envs)
         self.episode_ends.clear()
         with agent.model.casting_once():
             self._collect_steps(storage)

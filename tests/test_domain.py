@@ -199,6 +199,12 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
             continuous.entropy_coeff, continuous.log_std_init, continuous.normalize_obs, continuous.normalize_reward,
             continuous.lr, continuous.lr_schedule) == (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, False, 7e-4, "linear")
+    config, _, typed = main.parse_args(["--env-name", "Pendulum-v1"])
+    pendulum = main.with_env_defaults(config, typed)
+    assert (pendulum.sde, pendulum.gamma, pendulum.total_steps, pendulum.num_envs) == (True, 0.9, 1_000_000, 8)
+    config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--algo", "grpo"])
+    grpo = main.with_env_defaults(config, typed)  # GRPO has no critic whose targets reward normalization would scale
+    assert (grpo.normalize_reward, grpo.normalize_obs, grpo.critic) == (False, True, False)
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
     assert main.with_env_defaults(config, typed).num_envs == 4
     config, _, typed = main.parse_args(["--env-name", "CartPole-v1", "--recurrent"])

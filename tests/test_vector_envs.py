@@ -157,7 +157,7 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     starting std; a checkpoint rebuilds the same widths, and one saved without a width (before
     the flag) still loads as the 64-unit network it was."""
     argv = ["--env-name", "Pendulum-v1", "--num-envs", "2", "--num-updates", "1", "--no-progress", "--threads", "1",
-            "--mlp-width", "32", "--log-std-init", "-2", "--log-dir", str(tmp_path)]
+            "--mlp-width", "32", "--log-std-init", "-2", "--no-sde", "--log-dir", str(tmp_path)]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1_*"))
     data = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -175,6 +175,41 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--log-std-init", "0"]) == 2
 
 
+def test_state_dependent_exploration_by_hand():
+    """--sde: action j's spread in a state is sqrt(sum_i f_i^2 exp(log_std[i, j])^2 + 1e-6), f the
+    actor's features; over a rollout env i acts mean + f @ W_i with W_i drawn once, so the same
+    features give the same noise, and every action's log-prob is under that spread."""
+    from agent import A2CAgent
+
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, recurrent=False, continuous=True, sde=True, mlp_width=2)
+    assert model.spec["sde"] and model.log_std.shape == (2, 2)
+    with torch.no_grad():
+        model.log_std.copy_(torch.log(torch.tensor([[1.0, 2.0], [3.0, 0.5]])))
+    out = torch.tensor([[0.5, -1.0, 0.6, 0.8]])  # mean (0.5, -1.0), features (0.6, 0.8)
+    dist = model.distribution(out)
+    # spreads: sqrt(.36 * 1 + .64 * 9) = sqrt(6.12), sqrt(.36 * 4 + .64 * .25) = sqrt(1.6)
+    assert_close(dist.base_dist.scale, torch.tensor([[6.12, 1.6]]).add(1e-6).sqrt())
+    action = torch.tensor([[1.5, 1.0]])
+    by_hand = sum(-(a - m) ** 2 / (2 * v) - 0.5 * math.log(2 * math.pi * v)
+                  for a, m, v in [(1.5, 0.5, 6.120001), (1.0, -1.0, 1.600001)])
+    assert float(dist.log_prob(action)) == pytest.approx(by_hand, abs=1e-5)
+    assert_close(model.mode(out), out[:, :2])
+    agent = A2CAgent(model)
+    agent.draw_exploration(1)
+    assert agent.exploration.shape == (1, 2, 2)
+    first, again = agent.sample(dist, out), agent.sample(dist, out)
+    assert_close(first, again)  # the rollout's weights: same state, same action
+    assert_close(first, out[:, :2] + out[:, 2:] @ agent.exploration[0])
+    agent.draw_exploration(1)
+    assert not torch.allclose(agent.sample(dist, out), first)
+    # The features are detached: the spread trains log_std only, not the encoder through it.
+    obs = torch.randn(4, 3)
+    logits, _, _ = model(obs, (), torch.zeros(4))
+    model.distribution(logits).entropy().sum().backward()
+    assert model.log_std.grad.abs().sum() > 0 and model.encoder.layers[0].weight.grad.abs().sum() == 0
+
+
 def test_cartpole_learns(tmp_path):
     """The vector path learns, not only runs: a feed-forward agent lifts CartPole's mean return
     well above random play (about 22) within 32,000 env steps."""
@@ -190,6 +225,7 @@ def test_cartpole_learns(tmp_path):
     (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
     (["--env-name", "FrozenLake-v1"], "flat Box observations"),
     (["--env-name", "CartPole-v1", "--log-std-init", "-1"], "--log-std-init is for continuous actions"),
+    (["--env-name", "CartPole-v1", "--sde"], "--sde is for continuous actions"),
     (["--env-name", "PongNoFrameskip-v4", "--mlp-width", "128"], "--mlp-width is the width of the MLP"),
 ])
 def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
