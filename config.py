@@ -31,11 +31,11 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "CartPole-v1": {"entropy_coeff": 0.0},
     "LunarLander-v3": {"num_envs": 32, "num_updates": 6_250, "gamma": 0.995, "lr": 8.3e-4, "lr_schedule": "linear",
                        "entropy_coeff": 1e-5},
-    # The Zoo's LunarLanderContinuous-v2 (without its state-dependent exploration, gSDE, which is not
-    # here): 4 envs x 8 steps, GAE 0.9, no entropy bonus, std starting at e^-2, observations and
-    # rewards normalized, lr 7e-4 decayed linearly, 5M env steps.
+    # The Zoo's LunarLanderContinuous-v2 with its state-dependent exploration (--sde): 4 envs x 8
+    # steps, GAE 0.9, no entropy bonus, log-std -2, observations and rewards normalized, lr 7e-4
+    # decayed linearly, 5M env steps.
     "LunarLanderContinuous-v3": {"num_envs": 4, "rollout_size": 8, "num_updates": 156_250, "gae_lambda": 0.9,
-                                 "entropy_coeff": 0.0, "log_std_init": -2.0, "normalize_obs": True,
+                                 "entropy_coeff": 0.0, "log_std_init": -2.0, "sde": True, "normalize_obs": True,
                                  "normalize_reward": True, "lr_schedule": "linear"},
     # The Zoo's Pendulum-v1, with its state-dependent exploration (--sde): 8 envs x 8 steps, gamma
     # 0.9, GAE 0.9, no entropy bonus, log-std -2, normalized, lr 7e-4 decayed linearly, 1M env steps.

@@ -197,8 +197,9 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--no-normalize-reward"])
     continuous = main.with_env_defaults(config, typed)
     assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
-            continuous.entropy_coeff, continuous.log_std_init, continuous.normalize_obs, continuous.normalize_reward,
-            continuous.lr, continuous.lr_schedule) == (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, False, 7e-4, "linear")
+            continuous.entropy_coeff, continuous.log_std_init, continuous.sde, continuous.normalize_obs,
+            continuous.normalize_reward, continuous.lr, continuous.lr_schedule) == \
+        (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, True, False, 7e-4, "linear")
     config, _, typed = main.parse_args(["--env-name", "Pendulum-v1"])
     pendulum = main.with_env_defaults(config, typed)
     assert (pendulum.sde, pendulum.gamma, pendulum.total_steps, pendulum.num_envs) == (True, 0.9, 1_000_000, 8)
