@@ -45,14 +45,15 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-# --algo grpo on top of its env's defaults: no critic (nor reward normalization, which scales
-# the critic's targets and which an env's A2C recipe may turn on), Adam at PPO's 3e-4 (several epochs of
+# --algo grpo on top of its env's defaults: no critic (nor reward normalization, which scales the
+# critic's targets and which an env's A2C recipe may turn on), Adam at PPO's 3e-4 (several epochs of
 # minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
 # (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length. A
 # round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
-GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam", "lr": 3e-4,
-                                 "lr_schedule": "constant", "num_updates": 1_000_000, "max_env_steps": 1_000_000,
-                                 "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
+GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam",
+                                 "lr": 3e-4, "lr_schedule": "constant", "num_updates": 1_000_000,
+                                 "max_env_steps": 1_000_000, "log_interval": 1, "histogram_interval": 10,
+                                 "checkpoint_interval": 10}
 
 
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
@@ -182,7 +183,8 @@ class Config:
     """Starting log standard deviation of the Gaussian policy (continuous actions; 0: std 1)."""
     sde: bool = False
     """State-dependent exploration (gSDE's noise model): each continuous action's spread is a learned
-    function of the actor's features, not one number per action; noise drawn afresh every step."""
+    function of the actor's features, not one number per action; each env's noise weights are drawn
+    once a rollout, so its noise follows the state (--eval and GRPO draw noise every step)."""
     feature_norm: bool = False
     """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
     lstm_norm: bool = True
