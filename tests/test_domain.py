@@ -203,6 +203,10 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     config, _, typed = main.parse_args(["--env-name", "Pendulum-v1"])
     pendulum = main.with_env_defaults(config, typed)
     assert (pendulum.sde, pendulum.gamma, pendulum.total_steps, pendulum.num_envs) == (True, 0.9, 1_000_000, 8)
+    config, _, typed = main.parse_args(["--env-name", "BipedalWalker-v3"])
+    walker = main.with_env_defaults(config, typed)
+    assert (walker.sde, walker.num_envs, walker.rollout_size, walker.total_steps, walker.value_coeff, walker.lr,
+            walker.normalize_obs, walker.normalize_reward) == (True, 16, 8, 5_000_064, 0.4, 9.6e-4, True, True)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--algo", "grpo"])
     grpo = main.with_env_defaults(config, typed)  # GRPO has no critic whose targets reward normalization would scale
     assert (grpo.normalize_reward, grpo.normalize_obs, grpo.critic) == (False, True, False)
