@@ -42,8 +42,8 @@ def play(path: str, episodes: int, seed: int, deterministic: bool) -> list[dict]
     from checkpoints import load_checkpoint
 
     data = load_checkpoint(path)
-    if data["env_name"] not in ("LunarLander-v3",):
-        raise SystemExit(f"{path} was trained on {data['env_name']}, not LunarLander-v3")
+    if data["env_name"] != "LunarLander-v3":
+        raise ValueError(f"{path} was trained on {data['env_name']}, not LunarLander-v3")
     model = load_model(path)
     model.eval()
     stats = data.get("obs_normalizer")
@@ -81,9 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1000, help="env seed of the first game")
     parser.add_argument("--deterministic", action="store_true", help="the most likely action, not a sampled one")
     args = parser.parse_args(argv)
+    from utils import UsageError
+
     torch.manual_seed(0)
     for path in args.checkpoints:
-        games = play(path, args.episodes, args.seed, args.deterministic)
+        try:
+            games = play(path, args.episodes, args.seed, args.deterministic)
+        except (ValueError, OSError, UsageError) as error:
+            print(f"lander_endings.py: {error}", file=sys.stderr)
+            return 2
         print(path)
         for i, g in enumerate(games):
             print(f"  game {args.seed + i}: {g['return']:8.1f} in {g['steps']:4d} steps, {g['end']:<10} "
