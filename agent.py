@@ -181,9 +181,7 @@ class A2CAgent:
         with the state, smoothly, rather than at random every step (gSDE, Raffin et al. 2022)."""
         if self.exploration is None or self.exploration.shape[0] != logits.shape[0]:
             return dist.sample()
-        mean = self.model.mode(logits)
-        features = logits[..., mean.shape[-1]:]
-        return mean + torch.einsum("nf,nfa->na", features, self.exploration)
+        return self.model.sample_sde(logits, self.exploration)
 
     @torch.no_grad()
     def draw_exploration(self, num_envs: int) -> None:

@@ -267,7 +267,7 @@ class ActorCritic(nn.Module):
             return Categorical(logits=actor_out)
         mean = self.mode(actor_out)
         if self.sde:
-            variance = actor_out[..., mean.shape[-1]:].pow(2) @ self.log_std.exp().pow(2)
+            variance = self.sde_features(actor_out).pow(2) @ self.log_std.exp().pow(2)
             return Independent(Normal(mean, (variance + SDE_EPSILON).sqrt()), 1)
         return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)
 
@@ -276,6 +276,15 @@ class ActorCritic(nn.Module):
         if not self.continuous:
             return actor_out.argmax(dim=-1)
         return actor_out[..., :self.actor.out_features]
+
+    def sde_features(self, actor_out: torch.Tensor) -> torch.Tensor:
+        """With sde, the (detached) features ``[..., F]`` that ``policy_out`` appended to the mean."""
+        return actor_out[..., self.actor.out_features:]
+
+    def sample_sde(self, actor_out: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """With sde, env i's action from its exploration weights ``weights[i] [F, A]``: its mean plus
+        ``features_i @ weights[i]``, so the noise follows the state, not a fresh draw every step."""
+        return self.mode(actor_out) + torch.einsum("nf,nfa->na", self.sde_features(actor_out), weights)
 
     def sample_with(self, actor_out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """A continuous action from standard normal ``noise`` of the action's shape: mean + spread * noise."""
