@@ -192,8 +192,8 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
 
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3"])
     lander = main.with_env_defaults(config, typed)
-    assert (lander.recurrent, lander.num_envs, lander.gamma, lander.lr, lander.lr_schedule, lander.entropy_coeff,
-            lander.total_steps) == (False, 32, 0.995, 8.3e-4, "linear", 1e-5, 1_000_000)
+    assert (lander.recurrent, lander.num_envs, lander.gamma, lander.gae_lambda, lander.lr, lander.lr_schedule,
+            lander.entropy_coeff, lander.total_steps) == (False, 192, 0.999, 0.98, 2.5e-3, "linear", 1e-5, 1_000_320)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--no-normalize-reward"])
     continuous = main.with_env_defaults(config, typed)
     assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
