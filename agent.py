@@ -349,6 +349,12 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
         return GRPOAgent(model, group_size=group.size, clip_eps=group.clip_eps, update_epochs=group.update_epochs,
                          minibatches=group.minibatches, kl_coeff=group.kl_coeff, ref_interval=group.ref_interval,
                          scale_by_std=group.scale_by_std, **common)
+    if config.algo == "ppo":
+        from ppo import PPOAgent  # ppo.py builds on this module
+
+        return PPOAgent(model, epochs=config.ppo.epochs, minibatches=config.ppo.minibatches,
+                        clip_eps=config.ppo.clip_eps, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda,
+                        normalize_advantages=config.normalize_advantages, **common)
     return A2CAgent(model, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
                     normalize_advantages=config.normalize_advantages,
                     icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,

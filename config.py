@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 ARCHS = ("universe", "nature")  # the conv encoders of model.py
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
-ALGOS = ("a2c", "grpo")  # agent.A2CAgent, or grpo.GRPOAgent (critic-free, group-relative advantages)
+ALGOS = ("a2c", "ppo", "grpo")  # agent.A2CAgent, ppo.PPOAgent (A2C's rollouts reused), grpo.GRPOAgent (critic-free)
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 # Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
 # below 2**31, the largest seed ale-py takes.
@@ -63,9 +63,28 @@ GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "nu
                                  "checkpoint_interval": 10}
 
 
+# --algo ppo (vector-observation envs) starts from SB3's PPO rather than from its env's A2C recipe:
+# Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy bonus, each
+# minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env steps. The
+# rollout is not kept with its graph (every minibatch runs its samples through the network again).
+PPO_DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates": 488, "optimizer": "adam",
+                                "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95, "entropy_coeff": 0.0,
+                                "normalize_advantages": True, "ppo.epochs": 10, "ppo.minibatches": 32,
+                                "speed.keep_graph": False, "log_interval": 1, "checkpoint_interval": 10}
+PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The RL Zoo's PPO on LunarLander-v2: 16 envs x 1024 steps, 4 epochs of minibatches of 64 (256),
+    # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Without the Zoo's entropy coefficient
+    # (0.01; SB3's default 0 here), whose agents play well only with --deterministic (docs/control.md).
+    "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "ppo.epochs": 4,
+                       "ppo.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98},
+}
+
+
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
     """The settings in which ``env_name`` (and ``algo``) depart from the Atari defaults (empty for
     A2C on Atari games)."""
+    if algo == "ppo":
+        return {**VECTOR_DEFAULTS, **PPO_DEFAULTS, **PPO_ENV_DEFAULTS.get(env_name, {})}
     family = {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
     return {**family, **GRPO_DEFAULTS} if algo == "grpo" else family
 
@@ -123,6 +142,18 @@ class Group:
     """Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with --algo grpo)."""
     ref_interval: int = 10
     """Updates between refreshes of the KL reference to the current policy (with --algo grpo --kl-coeff)."""
+
+
+@dataclass
+class PPO:
+    """Proximal policy optimization's settings (``--algo ppo``; ``ppo.py``): one block of a run's settings."""
+    epochs: int = 10
+    """Passes over each rollout (with --algo ppo)."""
+    minibatches: int = 32
+    """Minibatches per pass, one clipped gradient step each: of samples, or of envs with --recurrent
+    (with --algo ppo)."""
+    clip_eps: float = 0.2
+    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo ppo)."""
 
 
 @dataclass
@@ -202,9 +233,13 @@ class Config:
 
     # --- algorithm
     algo: str = "a2c"
-    """a2c: advantage actor-critic; grpo: critic-free group-relative policy optimization (vector-observation envs)."""
+    """a2c: advantage actor-critic; ppo: A2C's rollouts and critic, trained with PPO's clipped
+    objective over several epochs of minibatches; grpo: critic-free group-relative policy
+    optimization (ppo and grpo: vector-observation envs)."""
     group: Group = field(default_factory=Group)
     """GRPO's settings (see :class:`Group`)."""
+    ppo: PPO = field(default_factory=PPO)
+    """PPO's settings (see :class:`PPO`)."""
     rollout_size: int = 5
     """Steps per env in one rollout: the n of n-step returns and the length of truncated BPTT."""
     num_updates: int = 125_000
@@ -299,7 +334,7 @@ FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "i
               "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
               "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
               "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
-BLOCKS = {"curiosity": Curiosity, "group": Group, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
+BLOCKS = {"curiosity": Curiosity, "group": Group, "ppo": PPO, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
 def setting_names() -> list[str]:

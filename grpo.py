@@ -39,6 +39,7 @@ import torch
 from agent import A2CAgent
 from config import SEED_LIMIT
 from model import ActorCritic
+from ppo import clipped_surrogate
 from runner import Runner
 
 # Groups' reset seeds start this far past the run's seed, above the evaluation envs' seeds
@@ -106,19 +107,13 @@ def grpo_loss(dist: torch.distributions.Distribution, actions: torch.Tensor, old
     unclipped. Besides the loss terms, ``clip_fraction`` (share of steps whose ratio was clipped)
     and ``approx_kl`` (k3 estimate of KL(pi_old || pi)) come detached.
     """
-    log_probs = dist.log_prob(actions)
-    log_ratio = log_probs - old_log_probs
-    ratio = torch.exp(log_ratio)
-    surrogate = torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
-    policy = -masked_mean(surrogate, weights)
+    policy, log_probs, stats = clipped_surrogate(dist, actions, old_log_probs, advantages, weights, clip_eps)
     entropy = masked_mean(dist.entropy(), weights)
     terms = {"policy": policy, "entropy": entropy, "total": policy - entropy_coeff * entropy}
     if kl_coeff > 0 and ref_log_probs is not None:
         terms["kl"] = masked_mean(k3_kl(log_probs, ref_log_probs), weights)
         terms["total"] = terms["total"] + kl_coeff * terms["kl"]
-    with torch.no_grad():
-        terms["grpo/clip_fraction"] = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), weights)
-        terms["grpo/approx_kl"] = masked_mean(ratio - 1.0 - log_ratio, weights)
+    terms.update({f"grpo/{name}": value for name, value in stats.items()})
     return terms
 
 

@@ -26,6 +26,8 @@ RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_
 # Settings of --algo grpo only: typed for A2C they are refused rather than silently ignored.
 GRPO_ONLY = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
                                                "minibatches", "kl_coeff", "ref_interval"))
+# Settings of --algo ppo only, refused for the other algorithms in the same way.
+PPO_ONLY = ("ppo.epochs", "ppo.minibatches", "ppo.clip_eps")
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
@@ -89,6 +91,9 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--minibatches", field="group.minibatches", type=positive_int, metavar="N")
     flag("--kl-coeff", field="group.kl_coeff", type=non_negative, metavar="C")
     flag("--ref-interval", field="group.ref_interval", type=positive_int, metavar="N")
+    flag("--ppo-epochs", field="ppo.epochs", type=positive_int, metavar="N")
+    flag("--ppo-minibatches", field="ppo.minibatches", type=positive_int, metavar="N")
+    flag("--ppo-clip-eps", field="ppo.clip_eps", type=positive_float, metavar="EPS")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--max-env-steps", field="max_env_steps", type=positive_int, metavar="N")
@@ -334,8 +339,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from utils import UsageError, probe_writable, seed_everything
 
     context = distributed.context_from_environment()
-    if context.world_size > 1 and config.algo == "grpo":
-        raise UsageError("--algo grpo trains in one process for now: start it with python, not torchrun")
+    if context.world_size > 1 and config.algo != "a2c":
+        raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
@@ -352,6 +357,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
         if config.algo == "grpo":
             check_grpo(config)
+        if config.algo == "ppo":
+            check_ppo(config)
         if not is_atari(config.env_name):
             if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
@@ -418,6 +425,10 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 
             runner = GroupRunner(agent, envs, config, run_dir, state=state, writer=writer, evaluator=evaluator,
                                  horizon=grpo_horizon(config))
+        elif config.algo == "ppo":
+            from ppo import PPORunner
+
+            runner = PPORunner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         else:
             runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         final = runner.train()
@@ -457,12 +468,26 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
 
 
 def check_grpo_flags(config: Config, typed: set[str]) -> None:
-    """GRPO's flags typed for an A2C run are refused, not ignored."""
+    """GRPO's (and PPO's) flags typed for a run of another algorithm are refused, not ignored."""
     from utils import UsageError
 
-    grpo_typed = [name for name in GRPO_ONLY if name in typed]
-    if grpo_typed and config.algo != "grpo":
-        raise UsageError(f"{_flag(grpo_typed[0])} is for --algo grpo")
+    for algo, names in (("grpo", GRPO_ONLY), ("ppo", PPO_ONLY)):
+        others = [name for name in names if name in typed]
+        if others and config.algo != algo:
+            raise UsageError(f"{_flag(others[0])} is for --algo {algo}")
+
+
+def check_ppo(config: Config) -> None:
+    """Refuse, in one line, the settings that --algo ppo cannot train with."""
+    from envs import is_atari
+    from utils import UsageError
+
+    if is_atari(config.env_name):
+        raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
+                         f"not on {config.env_name}")
+    if config.recurrent and config.ppo.minibatches > config.num_envs:
+        raise UsageError(f"--ppo-minibatches {config.ppo.minibatches} is more than --num-envs {config.num_envs}: with "
+                         f"--recurrent a minibatch holds whole envs")
 
 
 def check_grpo(config: Config) -> None:

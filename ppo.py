@@ -1,0 +1,132 @@
+"""Proximal policy optimization (PPO; Schulman et al. 2017): A2C's rollouts, reused.
+
+The rollout, its returns and its advantages are A2C's (``storage.py``: n-step or GAE, with the
+time-limit bootstrap); what changes is the update. Instead of one gradient step on the rollout,
+the agent takes ``epochs`` passes over it, each in ``minibatches`` shuffled minibatches, one
+clipped gradient step each. With ``ratio = pi(a|s) / pi_old(a|s)`` (``pi_old``: the policy that
+acted) and every term a mean over the minibatch's samples::
+
+    policy  = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))
+    value   = mean((R - V(s))^2)
+    total   = policy + value_coeff * value - entropy_coeff * mean(H(pi))
+
+With ``normalize_advantages`` each minibatch's advantages are standardized first (as SB3's PPO
+does). With one epoch of one minibatch the ratio is 1 and the gradient of ``policy`` is A2C's
+(``-mean(A * grad log pi)``): A2C is the special case this update starts from.
+
+A feed-forward network's samples are shuffled one by one; a recurrent one's by env, each env's
+column of the rollout run again from the state it started with, so its core sees its frames in order.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from agent import A2CAgent, standardized
+from model import ActorCritic
+from runner import Runner, rollout_stats
+from storage import Batch
+
+
+def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
+                      advantages: torch.Tensor, weights: torch.Tensor,
+                      clip_eps: float) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's policy loss ``-mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))`` over the entries
+    where ``weights`` is 1, with the new ``log pi(a|s)``, and (detached) the share of entries whose
+    ratio left ``[1 - eps, 1 + eps]`` (``clip_fraction``) and the k3 estimate of KL(pi_old || pi)
+    (``approx_kl``). ``clip_eps = inf`` leaves the ratio unclipped."""
+    log_probs = dist.log_prob(actions)
+    log_ratio = log_probs - old_log_probs
+    ratio = torch.exp(log_ratio)
+    surrogate = torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
+    count = weights.sum().clamp(min=1.0)
+    with torch.no_grad():
+        stats = {"clip_fraction": (((ratio - 1.0).abs() > clip_eps).float() * weights).sum() / count,
+                 "approx_kl": ((ratio - 1.0 - log_ratio) * weights).sum() / count}
+    return -(surrogate * weights).sum() / count, log_probs, stats
+
+
+def ppo_loss(dist: torch.distributions.Distribution, values: Optional[torch.Tensor], actions: torch.Tensor,
+             old_log_probs: torch.Tensor, returns: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
+             value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
+    """PPO's loss terms on one minibatch (every tensor ``[T, N]`` but ``actions``, ``[T, N]`` or
+    ``[T, N, A]``); the formulas are in the module's doc. Without a critic (``values`` None) there is
+    no value term. ``ppo/clip_fraction`` and ``ppo/approx_kl`` come detached."""
+    weights = torch.ones_like(advantages)
+    policy, _, stats = clipped_surrogate(dist, actions, old_log_probs, advantages.detach(), weights, clip_eps)
+    entropy = dist.entropy().mean()
+    terms = {"policy": policy, "entropy": entropy, "total": policy - entropy_coeff * entropy}
+    if values is not None:
+        terms["value"] = (returns.detach() - values).pow(2).mean()
+        terms["total"] = terms["total"] + value_coeff * terms["value"]
+    terms.update({f"ppo/{name}": value for name, value in stats.items()})
+    return terms
+
+
+class PPOAgent(A2CAgent):
+    """A2C's agent (acting, returns, optimizer, clipping, checkpoints) with PPO's update, :meth:`learn`."""
+
+    def __init__(self, model: ActorCritic, *, epochs: int = 4, minibatches: int = 4, clip_eps: float = 0.2,
+                 **kwargs: Any) -> None:
+        if kwargs.get("intrinsic") is not None:
+            raise ValueError("PPO trains without an intrinsic-reward provider")
+        super().__init__(model, **kwargs)
+        self.epochs, self.minibatches, self.clip_eps = epochs, minibatches, clip_eps
+
+    def minibatch_loss(self, batch: Batch, samples: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """The loss terms on ``samples`` of the rollout (all by default): flat indices into its
+        ``T x N`` samples for a feed-forward network, env indices (whole columns) for a recurrent one."""
+        T, N = batch.advantages.shape
+        if samples is None:
+            samples = torch.arange(N if self.model.recurrent else T * N, device=batch.advantages.device)
+        if self.model.recurrent:  # whole env columns, from the state each began the rollout with
+            pick = lambda x: x[:, samples]  # noqa: E731
+            state = tuple(s[samples] for s in batch.initial_state)
+            obs, starts = batch.obs[:, samples], batch.episode_starts[:, samples]
+        else:  # single samples, as a sequence of one step in len(samples) envs
+            pick = lambda x: x.reshape(1, T * N, *x.shape[2:])[:, samples]  # noqa: E731
+            state, obs, starts = batch.initial_state, pick(batch.obs), pick(batch.episode_starts)
+        logits, values, _ = self.model.forward_sequence(obs, state, starts)
+        advantages = pick(batch.advantages)
+        if self.normalize_advantages:
+            advantages = standardized(advantages)
+        return ppo_loss(self.model.distribution(logits), values if self.model.critic is not None else None,
+                        pick(batch.actions), pick(batch.log_probs), pick(batch.returns), advantages, self.clip_eps,
+                        self.value_coeff, self.entropy_coeff)
+
+    def learn(self, batch: Batch, generator: Optional[torch.Generator] = None) -> dict[str, float]:
+        """``epochs`` passes over the rollout in ``minibatches`` shuffled minibatches, one clipped
+        gradient step each. Returns the mean of each term over the steps taken, and how many steps
+        a non-finite loss skipped (``ppo/skipped_steps``; ``skipped`` is 1 when no step was taken)."""
+        T, N = batch.advantages.shape
+        count = N if self.model.recurrent else T * N
+        chunks = min(self.minibatches, count)
+        sums: dict[str, float] = {}
+        steps, skipped = 0, 0
+        for _ in range(self.epochs):
+            order = torch.randperm(count, generator=generator).to(self.device)
+            for part in torch.tensor_split(order, chunks):
+                result = self.step(self.minibatch_loss(batch, part))
+                if result["skipped"]:
+                    skipped += 1
+                    continue
+                steps += 1
+                for name, value in result.items():
+                    sums[name] = sums.get(name, 0.0) + value
+        stats = {name: value / max(steps, 1) for name, value in sums.items()}
+        stats["skipped"], stats["ppo/skipped_steps"] = float(steps == 0), float(skipped)
+        return stats
+
+
+class PPORunner(Runner):
+    """:class:`runner.Runner` whose update is :meth:`PPOAgent.learn`; the loss of the rollout before
+    it (ratio 1) is what ``a2c_best_loss`` judges."""
+
+    def learn(self, batch: Batch) -> dict[str, float]:
+        with torch.no_grad():
+            total = float(self.agent.minibatch_loss(batch)["total"])
+        self.checkpoints.loss_computed(self.state, total)
+        stats = self.agent.learn(batch)
+        stats.update(rollout_stats(batch))
+        return stats

@@ -1,0 +1,232 @@
+"""PPO (``--algo ppo``): the clipped surrogate worked by hand, the reduction to A2C's gradient at
+ratio 1, minibatches of samples and of whole envs, the epochs and steps of an update, and runs
+through ``main.py`` (defaults, checkpoints, exact resume, eval, learning, bad input)."""
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical
+from torch.testing import assert_close
+
+import checkpoints
+import main as cli
+from agent import A2CAgent, a2c_loss
+from config import Config, defaults_for
+from model import ActorCritic
+from ppo import PPOAgent, clipped_surrogate, ppo_loss
+from storage import RolloutStorage
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+PPO = ["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "16", "--ppo-epochs", "2",
+       "--ppo-minibatches", "4", "--no-progress", "--threads", "1"]
+
+
+# ------------------------------------------------------------------------------------------------ formulas
+def test_clipped_surrogate_worked_by_hand():
+    """Ratios 0.5, 1.0, 1.5 with advantages 1, -1, 1 and eps 0.2:
+    min(0.5 * 1, 0.8 * 1) = 0.5; min(1 * -1, 1 * -1) = -1; min(1.5 * 1, 1.2 * 1) = 1.2.
+    Loss -(0.5 - 1 + 1.2) / 3 = -0.7 / 3; two ratios of three lie outside [0.8, 1.2]."""
+    logits = torch.tensor([[0.3, -0.2], [1.0, 0.0], [-0.5, 0.5]])
+    dist = Categorical(logits=logits)
+    actions = torch.tensor([0, 1, 1])
+    ratios = torch.tensor([0.5, 1.0, 1.5])
+    old = dist.log_prob(actions) - ratios.log()
+    advantages = torch.tensor([1.0, -1.0, 1.0])
+    policy, log_probs, stats = clipped_surrogate(dist, actions, old, advantages, torch.ones(3), 0.2)
+    assert_close(policy, torch.tensor(-0.7 / 3))
+    assert_close(log_probs, dist.log_prob(actions))
+    assert_close(stats["clip_fraction"], torch.tensor(2 / 3))
+    # k3 estimate of KL(pi_old || pi): mean(r - 1 - log r)
+    expected_kl = sum(r - 1 - math.log(r) for r in (0.5, 1.0, 1.5)) / 3
+    assert_close(stats["approx_kl"], torch.tensor(expected_kl))
+
+
+def test_a_clipped_ratio_passes_no_gradient():
+    """Ratio 1.5 with a positive advantage is clipped at 1.2: the surrogate is constant there, so
+    that action's log-probability gets no gradient; ratio 1.1 inside the clip gets ratio * A."""
+    logits = torch.zeros(2, 3, requires_grad=True)
+    dist = Categorical(logits=logits)
+    actions = torch.tensor([0, 2])
+    old = (dist.log_prob(actions) - torch.tensor([1.5, 1.1]).log()).detach()
+    policy, _, _ = clipped_surrogate(dist, actions, old, torch.tensor([2.0, 2.0]), torch.ones(2), 0.2)
+    policy.backward()
+    assert torch.count_nonzero(logits.grad[0]) == 0
+    # d(-ratio * A / 2)/d logits = -(A / 2) * ratio * d log pi(a) / d logits, with d log pi(a) = onehot - 1/3
+    assert_close(logits.grad[1], -(2.0 / 2) * 1.1 * (torch.tensor([0.0, 0.0, 1.0]) - 1 / 3))
+
+
+def _rollout(recurrent: bool, T: int = 6, N: int = 4, seed: int = 0):
+    """A model and a batch of T steps in N envs of made-up observations, with episode starts inside."""
+    torch.manual_seed(seed)
+    model = ActorCritic((5,), 3, recurrent=recurrent, hidden_size=8, mlp_width=16, separate_critic=not recurrent)
+    storage = RolloutStorage(T, N, (5,), obs_dtype=torch.float32)
+    state = model.initial_state(N)
+    storage.start(state)
+    agent = A2CAgent(model, gamma=0.9, gae_lambda=0.95)
+    starts = torch.zeros(N)
+    for t in range(T):
+        obs = torch.randn(N, 5)
+        actions, log_probs, values, state = agent.act(obs, state, starts)
+        dones = (torch.rand(N) < 0.2).float()
+        storage.insert(t, obs, starts, actions, values, torch.randn(N), dones, log_probs=log_probs)
+        starts = dones
+    storage.finish(torch.randn(N, 5), agent.value(torch.randn(N, 5), state, starts))
+    return model, agent.make_batch(storage)
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_at_ratio_one_the_loss_and_its_gradient_are_a2cs(recurrent):
+    """Before any step the policy is the one that acted (ratio 1): PPO's value and entropy terms
+    equal A2C's, and the gradient of its total loss equals A2C's, for samples shuffled one by one
+    (feed-forward) and for whole envs (recurrent)."""
+    model, batch = _rollout(recurrent)
+    ppo = PPOAgent(model, epochs=1, minibatches=1, clip_eps=0.2, value_coeff=0.5, entropy_coeff=0.01)
+    terms = ppo.minibatch_loss(batch)
+    logits, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+    reference = a2c_loss(model.distribution(logits), values, batch.actions, batch.returns, batch.advantages, 0.5, 0.01)
+    for name in ("value", "entropy"):
+        assert_close(terms[name], reference[name])
+    assert_close(terms["ppo/clip_fraction"], torch.tensor(0.0))
+    assert float(terms["ppo/approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+    grads = []
+    for total in (terms["total"], reference["total"]):
+        model.zero_grad()
+        total.backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for mine, theirs in zip(*grads):
+        assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_minibatches_hold_samples_or_whole_envs(recurrent):
+    """A minibatch's terms are those of its own samples: feed-forward, flat indices into the T x N
+    samples; recurrent, env columns run from the state they began the rollout with."""
+    model, batch = _rollout(recurrent)
+    ppo = PPOAgent(model, epochs=1, minibatches=1, value_coeff=0.5, entropy_coeff=0.0)
+    logits, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+    if recurrent:
+        part = torch.tensor([3, 1])
+        expected = (batch.returns[:, part] - values[:, part]).pow(2).mean()
+    else:
+        part = torch.tensor([0, 5, 13, 22])  # (t, i) = (0, 0), (1, 1), (3, 1), (5, 2)
+        expected = (batch.returns.flatten()[part] - values.flatten()[part]).pow(2).mean()
+    assert_close(ppo.minibatch_loss(batch, part)["value"], expected)
+
+
+def test_standardized_advantages_are_per_minibatch():
+    """With normalize_advantages, each minibatch's advantages have mean 0: at ratio 1 the
+    surrogate is the negated mean of the minibatch's standardized advantages, 0."""
+    model, batch = _rollout(False)
+    ppo = PPOAgent(model, epochs=1, minibatches=1, normalize_advantages=True)
+    policy = ppo.minibatch_loss(batch, torch.tensor([2, 7, 9, 20, 21]))["policy"]
+    assert float(policy.detach()) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_an_update_takes_epochs_times_minibatches_steps_and_moves_the_policy(recurrent):
+    model, batch = _rollout(recurrent)
+    ppo = PPOAgent(model, epochs=3, minibatches=2, lr=1e-2, optimizer="adam")
+    before = [p.detach().clone() for p in model.parameters()]
+    calls = []
+    step = ppo.step
+    ppo.step = lambda terms: calls.append(1) or step(terms)  # type: ignore[method-assign]
+    stats = ppo.learn(batch, generator=torch.Generator().manual_seed(0))
+    assert len(calls) == 3 * 2 and stats["skipped"] == 0.0 and stats["ppo/skipped_steps"] == 0.0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert float(ppo.minibatch_loss(batch)["ppo/approx_kl"]) > 0  # the policy left the one that acted
+
+
+def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
+    generic = defaults_for("CartPole-v1", vector=True, algo="ppo")
+    assert generic["optimizer"] == "adam" and generic["lr"] == 3e-4 and generic["ppo.epochs"] == 10
+    assert generic["num_envs"] * generic["rollout_size"] == 2048 and generic["ppo.minibatches"] == 2048 // 64
+    lander = defaults_for("LunarLander-v3", vector=True, algo="ppo")
+    assert lander["num_envs"] * lander["rollout_size"] * lander["num_updates"] <= 1_000_000
+    assert lander["num_envs"] * lander["rollout_size"] // lander["ppo.minibatches"] == 64
+    assert lander["entropy_coeff"] == 0.0 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
+
+
+# ------------------------------------------------------------------------------------------------ runs
+def test_a_ppo_run_through_main_checkpoints_resumes_and_plays(tmp_path):
+    """A run saves its PPO settings and Adam's state; resumed, it goes on from them (Adam has taken
+    one step per minibatch of every epoch of every update, before and after the resume); its
+    a2c_last plays --eval."""
+    assert cli.main([*PPO, "--num-updates", "2", "--log-dir", str(tmp_path)]) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
+    last = os.path.join(run_dir, "a2c_last")
+    first = checkpoints.load_checkpoint(last)
+    assert first["config"]["algo"] == "ppo" and first["config"]["ppo"] == {"epochs": 2, "minibatches": 4, "clip_eps": 0.2}
+    assert first["optimizer_name"] == "adam" and not first["config"]["speed"]["keep_graph"]
+    steps = lambda data: {float(s["step"]) for s in data["optimizer"]["state"].values()}  # noqa: E731
+    assert steps(first) == {2 * 2 * 4}
+    assert cli.main(["--resume", last, "--num-updates", "4"]) == 0
+    again = checkpoints.load_checkpoint(last)
+    assert again["update"] == 4 and again["step"] == 4 * 4 * 16 and steps(again) == {4 * 2 * 4}
+    for name in ("a2c_best_loss", "a2c_best_reward"):
+        assert os.path.exists(os.path.join(run_dir, name))
+    assert cli.main(["--eval", "--load", last, "--episodes", "2", "--max-episode-frames", "30"]) == 0
+
+
+def test_ppo_logs_its_statistics(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert cli.main([*PPO, "--num-updates", "3", "--log-dir", str(tmp_path)]) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("ppo/clip_fraction", "ppo/approx_kl", "loss/policy", "loss/value", "loss/entropy",
+                "train/explained_variance", "train/grad_norm"):
+        assert tag in tags, tag
+    assert acc.Scalars("ppo/approx_kl")[-1].step == 3 * 4 * 16  # env steps, not updates
+
+
+def test_ppo_learns_cartpole(tmp_path):
+    """A broken sign or ratio would stay near random play (about 22): the defaults lift CartPole's
+    mean return far above it within 30,000 env steps."""
+    argv = ["--env-name", "CartPole-v1", "--algo", "ppo", "--max-env-steps", "30000", "--no-progress",
+            "--threads", "1", "--log-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
+    returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
+    assert np.mean(returns[-20:]) > 150, returns[-20:]
+
+
+@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"])])
+def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
+    argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--ppo-epochs", "2",
+            "--ppo-minibatches", "2", "--num-updates", "2", "--no-progress", "--threads", "1",
+            "--log-dir", str(tmp_path), *flags]
+    assert cli.main(argv) == 0
+    (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
+    last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
+    assert last["update"] == 2 and last["step"] == 2 * 4 * 8
+    assert last["model_spec"]["continuous"] is (env_name == "Pendulum-v1")
+    assert last["model_spec"]["recurrent"] is ("--recurrent" in flags)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
+    ([*PPO, "--recurrent", "--ppo-minibatches", "8"], "--ppo-minibatches 8 is more than --num-envs 4"),
+    (["--env-name", "CartPole-v1", "--ppo-epochs", "3"], "--ppo-epochs is for --algo ppo"),
+    (["--env-name", "CartPole-v1", "--algo", "grpo", "--ppo-clip-eps", "0.1"], "--ppo-clip-eps is for --algo ppo"),
+    ([*PPO, "--update-epochs", "3"], "--update-epochs is for --algo grpo"),
+    ([*PPO, "--ppo-clip-eps", "0"], "--ppo-clip-eps"),
+])
+def test_bad_ppo_input_is_one_line(one_line_error, tmp_path, argv, message):
+    assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
+    assert not os.listdir(tmp_path)  # refused before a run directory was made
+
+
+def test_the_config_round_trips_ppo_settings():
+    config = Config(algo="ppo")
+    config.ppo.epochs, config.ppo.clip_eps = 7, 0.1
+    again = Config.from_dict(config.to_dict())
+    assert again.algo == "ppo" and again.ppo.epochs == 7 and again.ppo.clip_eps == 0.1
