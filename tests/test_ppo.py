@@ -150,7 +150,7 @@ def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
     lander = defaults_for("LunarLander-v3", vector=True, algo="ppo")
     assert lander["num_envs"] * lander["rollout_size"] * lander["num_updates"] <= 1_000_000
     assert lander["num_envs"] * lander["rollout_size"] // lander["ppo.minibatches"] == 64
-    assert lander["entropy_coeff"] == 0.0 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
+    assert lander["entropy_coeff"] == 1e-3 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
 
 
 # ------------------------------------------------------------------------------------------------ runs
