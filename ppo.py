@@ -74,20 +74,28 @@ class PPOAgent(A2CAgent):
         super().__init__(model, **kwargs)
         self.epochs, self.minibatches, self.clip_eps = epochs, minibatches, clip_eps
 
+    def samples(self, batch: Batch) -> int:
+        """How many units a minibatch is drawn from: the rollout's ``T x N`` samples for a
+        feed-forward network, its ``N`` envs for a recurrent one."""
+        T, N = batch.advantages.shape
+        return N if self.model.recurrent else T * N
+
     def minibatch_loss(self, batch: Batch, samples: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
         """The loss terms on ``samples`` of the rollout (all by default): flat indices into its
         ``T x N`` samples for a feed-forward network, env indices (whole columns) for a recurrent one."""
-        T, N = batch.advantages.shape
         if samples is None:
-            samples = torch.arange(N if self.model.recurrent else T * N, device=batch.advantages.device)
-        if self.model.recurrent:  # whole env columns, from the state each began the rollout with
-            pick = lambda x: x[:, samples]  # noqa: E731
-            state = tuple(s[samples] for s in batch.initial_state)
-            obs, starts = batch.obs[:, samples], batch.episode_starts[:, samples]
-        else:  # single samples, as a sequence of one step in len(samples) envs
-            pick = lambda x: x.reshape(1, T * N, *x.shape[2:])[:, samples]  # noqa: E731
-            state, obs, starts = batch.initial_state, pick(batch.obs), pick(batch.episode_starts)
-        logits, values, _ = self.model.forward_sequence(obs, state, starts)
+            samples = torch.arange(self.samples(batch), device=batch.advantages.device)
+
+        def pick(x: torch.Tensor) -> torch.Tensor:
+            """``x [T, N, ...]`` at ``samples``, as ``[T, n, ...]`` columns or ``[1, n, ...]`` single steps."""
+            if self.model.recurrent:
+                return x[:, samples]
+            return x.reshape(1, -1, *x.shape[2:])[:, samples]
+
+        # A recurrent network runs its envs' columns from the state each began the rollout with; a
+        # feed-forward one sees the samples as one step of len(samples) envs (it keeps no state).
+        state = tuple(s[samples] for s in batch.initial_state) if self.model.recurrent else batch.initial_state
+        logits, values, _ = self.model.forward_sequence(pick(batch.obs), state, pick(batch.episode_starts))
         advantages = pick(batch.advantages)
         if self.normalize_advantages:
             advantages = standardized(advantages)
@@ -99,8 +107,7 @@ class PPOAgent(A2CAgent):
         """``epochs`` passes over the rollout in ``minibatches`` shuffled minibatches, one clipped
         gradient step each. Returns the mean of each term over the steps taken, and how many steps
         a non-finite loss skipped (``ppo/skipped_steps``; ``skipped`` is 1 when no step was taken)."""
-        T, N = batch.advantages.shape
-        count = N if self.model.recurrent else T * N
+        count = self.samples(batch)
         chunks = min(self.minibatches, count)
         sums: dict[str, float] = {}
         steps, skipped = 0, 0
