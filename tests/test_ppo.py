@@ -230,3 +230,23 @@ def test_the_config_round_trips_ppo_settings():
     config.ppo.epochs, config.ppo.clip_eps = 7, 0.1
     again = Config.from_dict(config.to_dict())
     assert again.algo == "ppo" and again.ppo.epochs == 7 and again.ppo.clip_eps == 0.1
+
+
+def test_sigint_stops_a_ppo_run_after_its_update_and_it_resumes(tmp_path):
+    """Ctrl+C mid-run: the update in progress (all its epochs) finishes, a2c_last is written where the
+    run stopped, the exit code is 0, and the run resumes from there."""
+    import signal
+
+    from test_audit import stop_after_first_last
+
+    proc, last_path, out, err = stop_after_first_last(
+        [*PPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGINT)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    final = out.strip().splitlines()[-1]
+    last = checkpoints.load_checkpoint(last_path)
+    assert final.startswith("stopped by SIGINT; ") and f"{last['step']} env steps, {last['update']} updates" in final
+    assert last["step"] == last["update"] * 4 * 16
+    assert {float(s["step"]) for s in last["optimizer"]["state"].values()} == {last["update"] * 2 * 4}
+    assert cli.main(["--resume", last_path, "--num-updates", str(last["update"] + 1)]) == 0
+    assert checkpoints.load_checkpoint(last_path)["update"] == last["update"] + 1
