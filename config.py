@@ -67,10 +67,12 @@ GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "nu
 # Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy bonus, each
 # minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env steps. The
 # rollout is not kept with its graph (every minibatch runs its samples through the network again).
+# An update holds thousands of env steps, so it logs, draws histograms and saves more often.
 PPO_DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates": 488, "optimizer": "adam",
                                 "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95, "entropy_coeff": 0.0,
                                 "normalize_advantages": True, "ppo.epochs": 10, "ppo.minibatches": 32,
-                                "speed.keep_graph": False, "log_interval": 1, "checkpoint_interval": 10}
+                                "speed.keep_graph": False, "log_interval": 1, "histogram_interval": 10,
+                                "checkpoint_interval": 10}
 PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # The RL Zoo's PPO on LunarLander-v2: 16 envs x 1024 steps, 4 epochs of minibatches of 64 (256),
     # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Its entropy coefficient is a tenth of the
