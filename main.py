@@ -467,8 +467,8 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
     return line
 
 
-def check_grpo_flags(config: Config, typed: set[str]) -> None:
-    """GRPO's (and PPO's) flags typed for a run of another algorithm are refused, not ignored."""
+def check_algo_flags(config: Config, typed: set[str]) -> None:
+    """The flags of one algorithm (GRPO's, PPO's) typed for a run of another are refused, not ignored."""
     from utils import UsageError
 
     for algo, names in (("grpo", GRPO_ONLY), ("ppo", PPO_ONLY)):
@@ -676,9 +676,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             checkpoint = load_checkpoint(args.resume)
             config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
-            check_grpo_flags(config, typed)
+            check_algo_flags(config, typed)
             return train(config, args.resume, checkpoint)
-        check_grpo_flags(config, typed)
+        check_algo_flags(config, typed)
         return train(with_env_defaults(config, typed))
     except UsageError as exc:
         # Under torchrun every rank checks the same input: one line a machine, unless only this rank saw it.
