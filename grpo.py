@@ -38,6 +38,7 @@ import torch
 
 from agent import A2CAgent
 from config import SEED_LIMIT
+from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
 from runner import Runner
@@ -90,11 +91,6 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     ``exp(ref - logp) - (ref - logp) - 1``, never negative, 0 where the policies agree."""
     delta = ref_log_probs - log_probs
     return torch.exp(delta) - delta - 1.0
-
-
-def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over the entries where ``weights`` is 1 (0 when there are none)."""
-    return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
 def grpo_loss(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from agent import A2CAgent, standardized
+from icm import masked_mean
 from model import ActorCritic
 from runner import Runner, rollout_stats
 from storage import Batch
@@ -40,11 +41,10 @@ def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Ten
     log_ratio = log_probs - old_log_probs
     ratio = torch.exp(log_ratio)
     surrogate = torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
-    count = weights.sum().clamp(min=1.0)
     with torch.no_grad():
-        stats = {"clip_fraction": (((ratio - 1.0).abs() > clip_eps).float() * weights).sum() / count,
-                 "approx_kl": ((ratio - 1.0 - log_ratio) * weights).sum() / count}
-    return -(surrogate * weights).sum() / count, log_probs, stats
+        stats = {"clip_fraction": masked_mean(((ratio - 1.0).abs() > clip_eps).float(), weights),
+                 "approx_kl": masked_mean(ratio - 1.0 - log_ratio, weights)}
+    return -masked_mean(surrogate, weights), log_probs, stats
 
 
 def ppo_loss(dist: torch.distributions.Distribution, values: Optional[torch.Tensor], actions: torch.Tensor,
