@@ -14,7 +14,8 @@ from icm import ICM, RunningStd
 from model import ActorCritic, State
 from storage import Batch, RolloutStorage, compute_returns
 from checkpoints import load_checkpoint
-from utils import UsageError
+from devices import channels_last_for
+from utils import UsageError, read_back
 
 # (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -260,31 +261,33 @@ class A2CAgent:
         """One gradient step on a rollout: :meth:`loss`, then :meth:`step`."""
         return self.step(self.loss(batch))
 
-    def step(self, terms: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Backpropagate ``terms["total"]``, clip, step. Returns the loss terms and ``grad_norm``
-        (before clipping) as floats.
+    def step(self, terms: dict[str, torch.Tensor], extra: Optional[dict[str, torch.Tensor]] = None,
+             before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
+        """Backpropagate ``terms["total"]``, clip, step. Returns the loss terms, the 0-d tensors of
+        ``extra`` and ``grad_norm`` (before clipping) as floats, read from the device in one
+        transfer; ``before_step`` sees them before the weights change.
 
         A non-finite loss or gradient leaves the weights and optimizer untouched and returns
         ``skipped = 1``: one bad batch must not poison the run.
         """
-        stats = {name: float(value.detach()) for name, value in terms.items()}
-        stats["skipped"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
-        finite = math.isfinite(stats["total"])
-        if not finite and self.gradient_reducer is None:
-            stats["skipped"], stats["grad_norm"] = 1.0, float("nan")
-            return stats
-        terms["total"].backward()
-        if not finite:  # a data-parallel run: every rank joins the reduction, and this rank's non-finite
-            for param in self.params:  # gradient makes the average non-finite on all, so all skip the update
-                if param.grad is not None:
-                    param.grad.fill_(float("nan"))
+        total = terms["total"]
+        if self.gradient_reducer is not None and not math.isfinite(float(total.detach())):
+            # A data-parallel run: every rank joins the reduction, and this rank's non-finite gradient
+            # makes the average non-finite on all, so all skip the update.
+            total = total * float("nan")
+        total.backward()
         self.reduce_gradients()
-        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
-        stats["grad_norm"] = grad_norm
-        if not math.isfinite(grad_norm):
+        grad_norm = nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        stats = read_back({**terms, **(extra or {}), "grad_norm": grad_norm})
+        finite = math.isfinite(stats["total"]) and math.isfinite(stats["grad_norm"])
+        if not math.isfinite(stats["total"]):
+            stats["grad_norm"] = float("nan")
+        stats["skipped"] = 0.0 if finite else 1.0
+        if before_step is not None:
+            before_step(stats)
+        if not finite:
             self.optimizer.zero_grad(set_to_none=True)
-            stats["skipped"] = 1.0
             return stats
         self.optimizer.step()
         return stats
@@ -328,17 +331,18 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     """A fresh agent with the network and optimizer that ``config`` describes; ``continuous``:
     ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     speed, curiosity = config.speed, config.curiosity
+    channels_last = channels_last_for(speed.channels_last, torch.device(device), speed.bf16)
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
                         mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
                         # Vector observations without memory: actor and critic each with an MLP of its own.
                         separate_critic=len(obs_shape) == 1 and not config.recurrent,
-                        channels_last=speed.channels_last, bf16=speed.bf16,
+                        channels_last=channels_last, bf16=speed.bf16,
                         encoder_chunk=speed.encoder_chunk).to(device)
     # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
     intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
-                    channels_last=speed.channels_last, encoder_chunk=speed.encoder_chunk,
+                    channels_last=channels_last, encoder_chunk=speed.encoder_chunk,
                     forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
     common = dict(lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
                   max_grad_norm=config.max_grad_norm, gamma=config.gamma)

@@ -34,8 +34,22 @@ BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
 
 
 def atomic_save(obj: Any, path: str) -> None:
-    """Write ``obj`` with ``torch.save`` so that a kill at any moment leaves the old file intact."""
-    atomic_write(path, lambda f: torch.save(obj, f))
+    """Write ``obj`` with ``torch.save`` so that a kill at any moment leaves the old file intact,
+    every tensor on the CPU: a checkpoint of a GPU run loads on any machine with a plain
+    ``torch.load(path, weights_only=True)``."""
+    atomic_write(path, lambda f: torch.save(on_cpu(obj), f))
+
+
+def on_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in it (in dicts, lists and tuples, at any depth) on the CPU; CPU
+    tensors are kept as they are, not copied."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {key: on_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(on_cpu(value) for value in obj)
+    return obj
 
 
 def load_checkpoint(path: str) -> dict[str, Any]:

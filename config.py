@@ -161,11 +161,12 @@ class PPO:
 
 @dataclass
 class Speed:
-    """Settings that change how fast training runs, not what it computes (``--bf16`` aside, which
-    changes the arithmetic): each switches one trick, and docs/speed.md measures what each buys
+    """Settings that change how fast training runs, not what it computes (``--bf16`` and ``--tf32``
+    aside, which change the arithmetic): each switches one trick, and docs/speed.md measures what each buys
     (``bench/throughput.py --ablation``). The C++ env path is ``--vec-env ale``, an env setting."""
-    channels_last: bool = True
-    """Conv weights and activations in channels-last (NHWC) memory order: the same network, faster on the CPU."""
+    channels_last: Optional[bool] = None
+    """Conv weights and activations in channels-last (NHWC) memory order: the same network. None (the
+    default): on for the CPU, where it was measured faster; on a GPU only with --bf16."""
     keep_graph: bool = True
     """Train through the forward pass made while collecting the rollout, instead of running the
     rollout through the network again in the update: the same numbers, one forward pass fewer."""
@@ -178,6 +179,9 @@ class Speed:
     bf16: bool = False
     """Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses and optimizer stay
     float32. Faster on hardware with bfloat16 arithmetic (AVX-512 BF16, AMX, recent GPUs); changes the arithmetic."""
+    tf32: bool = False
+    """On a GPU, let cuDNN's convolutions and cuBLAS's matmuls compute float32 in TF32 (10 bits of
+    mantissa; Ampere and later): faster, and changes the arithmetic. Off: float32 is float32."""
 
 
 @dataclass
@@ -281,8 +285,14 @@ class Config:
     """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
 
     # --- hardware
-    cuda: bool = True
-    """Train on the GPU when CUDA is available (else say so and use the CPU)."""
+    cuda: Optional[bool] = None
+    """--cuda: the GPU for any env (on a machine without CUDA, say so and use the CPU); --no-cuda: the
+    CPU. Neither: Atari games on the GPU when CUDA is available, vector-observation envs on the CPU
+    (their small networks run faster there). The device is this process's, not the run's: a
+    resumed run or an evaluation takes what is typed now."""
+    reproducible: bool = False
+    """Deterministic kernels where torch has them (torch.use_deterministic_algorithms, warning once
+    for an op that has none; cuDNN without autotuning); the run names what stays nondeterministic."""
     threads: int = 0
     """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
     speed: Speed = field(default_factory=Speed)

@@ -67,13 +67,17 @@ def local_rank() -> int:
 
 
 def place(device: torch.device, context: RunContext) -> torch.device:
-    """The device of this rank: ``cuda:LOCAL_RANK`` when the run is on CUDA, else the CPU."""
+    """The device of this rank on CUDA: ``cuda:LOCAL_RANK`` when the process sees every GPU of its
+    machine, or ``cuda:0`` when it sees one alone (a launcher that gives each rank its GPU through
+    ``CUDA_VISIBLE_DEVICES``). On the CPU, the CPU."""
     if context.world_size == 1 or device.type != "cuda":
         return device
-    index = local_rank()
-    if index >= torch.cuda.device_count():
-        raise RankError(f"LOCAL_RANK {index} has no GPU: this machine has {torch.cuda.device_count()}; "
-                         f"start at most that many processes per node (--nproc-per-node)")
+    index, visible = local_rank(), torch.cuda.device_count()
+    if visible == 1:
+        index = 0
+    elif index >= visible:
+        raise RankError(f"LOCAL_RANK {index} has no GPU: this process sees {visible}; start at most that many "
+                        f"processes per node (--nproc-per-node), or give each its own with CUDA_VISIBLE_DEVICES")
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 

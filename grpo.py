@@ -34,6 +34,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from agent import A2CAgent
@@ -283,17 +284,19 @@ class GroupRunner(Runner):
         self.drawn_physics += [info["physics"] for info in getattr(self.envs, "reset_infos", []) if "physics" in info]
         state = agent.model.initial_state(N, self.device)
         starts = torch.ones(N, device=self.device)
-        alive = torch.ones(N, device=self.device)
+        # Which members are still in their episode, kept on the host (the loop reads it every step)
+        # and sent to the device with the step's rewards.
+        alive = np.ones(N, dtype=bool)
         steps: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "starts", "actions", "log_probs", "rewards", "mask")}
         played = 0  # steps of members in their episodes so far this round
         for _ in range(self.horizon):
             actions, log_probs, _, state = agent.act(obs, state, starts)
             next_obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
+            rewards_t, mask, dones_t = self._step_arrays(rewards, alive, dones)
             for name, value in (("obs", obs), ("starts", starts), ("actions", actions), ("log_probs", log_probs),
-                                ("rewards", torch.as_tensor(rewards, dtype=torch.float32, device=self.device)),
-                                ("mask", alive)):
+                                ("rewards", rewards_t), ("mask", mask)):
                 steps[name].append(value)
-            for i in torch.nonzero(alive).flatten().tolist():
+            for i in np.flatnonzero(alive):
                 played += 1  # the members' steps counted in turn: every episode ends at a step of its own
                 episode = infos[i].get("episode")
                 if episode is not None:  # a member's whole episode, from the round's reset
@@ -302,10 +305,9 @@ class GroupRunner(Runner):
                     self.metrics.scalar("episode/return", episode["r"], st.step + played)
                     self.metrics.scalar("episode/length", episode["l"], st.step + played)
                     self.metrics.scalar("episode/return_mean100", st.episodes.mean, st.step + played)
-            dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
-            alive = alive * (1.0 - dones_t)
+            alive = alive & ~dones.astype(bool)
             obs, starts = self._to_tensor(next_obs), dones_t
-            if not bool(alive.any()):
+            if not alive.any():
                 break
         self.obs, self.recurrent_state, self.episode_starts = obs, state, starts  # for the core's health
         stacked = {name: torch.stack(values) for name, values in steps.items()}

@@ -122,6 +122,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
          metavar="N")
     switch("--keep-freed-memory", "speed.keep_freed_memory")
     switch("--bf16", "speed.bf16")
+    switch("--tf32", "speed.tf32")
+    switch("--reproducible", "reproducible")
     flag("--threads", field="threads", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="N")
     flag("--log-dir", field="log_dir", metavar="DIR")
     switch("--tensorboard", "tensorboard")
@@ -221,22 +223,26 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 
 
 # ------------------------------------------------------------------------------------------------
-def pick_device(want_cuda: bool, threads: int = 0, keep_freed: bool = True):
-    """The torch device to use, after setting the CPU thread count (0: torch's default) and, with
-    ``keep_freed``, letting malloc keep freed activations for reuse (`perf.keep_freed_memory`)."""
+def pick_device(want_cuda: Optional[bool], threads: int = 0, keep_freed: bool = True, *, vector_obs: bool = False,
+                tf32: bool = False, reproducible: bool = False):
+    """The torch device to use (``devices.choose_device``: ``want_cuda`` None picks by the kind of
+    observation), after setting the CPU thread count (0: torch's default), the float policy
+    (``tf32``, ``reproducible``) and, with ``keep_freed``, letting malloc keep freed activations
+    for reuse (`perf.keep_freed_memory`)."""
     import torch
 
+    import devices
     from perf import keep_freed_memory
 
     if keep_freed:
         keep_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
-    if want_cuda and torch.cuda.is_available():
-        return torch.device("cuda")
-    if want_cuda and shows_errors():  # under torchrun, once a machine
-        print("CUDA is not available; running on the CPU", file=sys.stderr)
-    return torch.device("cpu")
+    devices.set_float_policy(tf32)
+    if reproducible:
+        devices.make_reproducible()
+    # Under torchrun the fallback line is said once a machine.
+    return devices.choose_device(want_cuda, vector_obs, say=shows_errors())
 
 
 def make_run_dir(config: Config) -> str:
@@ -336,6 +342,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from normalize import load as load_normalizer, normalized
     from perf import has_fast_bf16
     from randomize import check_randomizable
+    from devices import describe
     from utils import UsageError, probe_writable, seed_everything
 
     context = distributed.context_from_environment()
@@ -371,7 +378,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if config.randomize_domain:
             check_randomizable(config.env_name)
         run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0
-    device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory), context)
+    device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory,
+                                           vector_obs=not is_atari(config.env_name), tf32=config.speed.tf32,
+                                           reproducible=config.reproducible), context)
     if config.speed.bf16 and not has_fast_bf16(device):
         print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
               f"be slower, not faster", file=sys.stderr)
@@ -411,6 +420,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard and context.is_main else None
         if context.is_main:
             save_settings(config, run_dir, writer)
+            print(describe(device, tf32=config.speed.tf32, bf16=config.speed.bf16), flush=True)
+            if config.reproducible:
+                print(reproducible_line(device, config, context.world_size), flush=True)
             print(f"run directory: {run_dir}", flush=True)
             world = describe_world(config, context, device, checkpoint)
             if world:
@@ -465,6 +477,17 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
         line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
                  f"and goes on with {total_envs}")
     return line
+
+
+def reproducible_line(device: Any, config: Config, world_size: int = 1) -> str:
+    """What ``--reproducible`` says it could not make deterministic on ``device``."""
+    from devices import nondeterministic_parts
+    from envs import is_atari
+
+    parts = nondeterministic_parts(device, arch=config.arch, image_obs=is_atari(config.env_name), world_size=world_size)
+    if not parts:
+        return f"reproducible: deterministic kernels; every op of this run on the {device.type} has one"
+    return "reproducible: deterministic kernels, except " + "; ".join(parts)
 
 
 def check_algo_flags(config: Config, typed: set[str]) -> None:
@@ -536,6 +559,7 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     in parallel, seeded apart from any training envs.
     """
     from agent import load_model
+    from devices import describe
     from envs import action_size, is_atari
     from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
     from checkpoints import load_checkpoint
@@ -556,7 +580,9 @@ def play(config: Config, typed: set[str], load: str, episodes: int, *, determini
     max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
     num_envs = min(eval_envs or 8, episodes)
     seed = env_seed(config.seed, evaluation=True)
-    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory)
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory, vector_obs=not is_atari(env_name),
+                         tf32=settings.speed.tf32, reproducible=config.reproducible)
+    print(describe(device, tf32=settings.speed.tf32, bf16=settings.speed.bf16), flush=True)
     seed_everything(config.seed)
     # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
     envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
@@ -595,6 +621,7 @@ def play_grid(config: Config, typed: set[str], load: str, episodes: int, *, dete
     from agent import load_model
     from checkpoints import load_checkpoint
     from evaluate import write_json
+    from devices import describe
     from physics_grid import draw_heatmaps, evaluate_grid
     from randomize import check_randomizable
     from utils import UsageError, probe_writable, seed_everything
@@ -610,7 +637,9 @@ def play_grid(config: Config, typed: set[str], load: str, episodes: int, *, dete
             probe_writable(os.path.dirname(os.path.abspath(path)))
         except OSError as exc:
             raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
-    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory)
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory, vector_obs=True,
+                         tf32=settings.speed.tf32, reproducible=config.reproducible)
+    print(describe(device, tf32=settings.speed.tf32), flush=True)
     seed_everything(config.seed)
     model = load_model(load, device)
     max_steps = config.max_episode_frames if "max_episode_frames" in typed else None
@@ -676,6 +705,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             checkpoint = load_checkpoint(args.resume)
             config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
+            # The device is this process's choice, not the run's: what is typed now, else the default.
+            config = with_settings(config, {"cuda": get_setting(config, "cuda") if "cuda" in typed else None})
             check_algo_flags(config, typed)
             return train(config, args.resume, checkpoint)
         check_algo_flags(config, typed)

@@ -263,13 +263,17 @@ class ActorCritic(nn.Module):
     def distribution(self, actor_out: torch.Tensor) -> Distribution:
         """The policy at ``policy_out``'s output: categorical over the logits, or a diagonal
         Gaussian around the mean whose ``log_prob`` and ``entropy`` sum over action dimensions."""
+        # Without argument checks: each check reads a tensor back from the device, a wait per step
+        # on a GPU; a non-finite output is caught where it matters, as a non-finite loss.
         if not self.continuous:
-            return Categorical(logits=actor_out)
+            return Categorical(logits=actor_out, validate_args=False)
         mean = self.mode(actor_out)
         if self.sde:
             variance = self.sde_features(actor_out).pow(2) @ self.log_std.exp().pow(2)
-            return Independent(Normal(mean, (variance + SDE_EPSILON).sqrt()), 1)
-        return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)
+            return Independent(Normal(mean, (variance + SDE_EPSILON).sqrt(), validate_args=False), 1,
+                               validate_args=False)
+        return Independent(Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1,
+                           validate_args=False)
 
     def mode(self, actor_out: torch.Tensor) -> torch.Tensor:
         """The most probable action: the largest logit, or the Gaussian's mean."""

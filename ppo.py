@@ -28,6 +28,7 @@ from icm import masked_mean
 from model import ActorCritic
 from runner import Runner, rollout_stats
 from storage import Batch
+from utils import read_back
 
 
 def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
@@ -135,5 +136,5 @@ class PPORunner(Runner):
             total = float(self.agent.minibatch_loss(batch)["total"])
         self.checkpoints.loss_computed(self.state, total)
         stats = self.agent.learn(batch)
-        stats.update(rollout_stats(batch))
+        stats.update(read_back(rollout_stats(batch)))
         return stats

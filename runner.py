@@ -28,6 +28,7 @@ from agent import A2CAgent
 from checkpoints import Checkpoints, TrainingState
 from config import Config
 from control import RunContext, StopSignals
+from devices import HostToDevice
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
@@ -69,9 +70,12 @@ class Runner:
         self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
                                       obs_dtype, action_shape=envs.action_space.shape or ())
         self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
-        # On a GPU, each step's frames go through one page-locked buffer in a single asynchronous copy.
-        self._staging = torch.empty((config.num_envs, *envs.observation_space.shape), dtype=obs_dtype,
-                                    pin_memory=True) if self.device.type == "cuda" else None
+        # The envs' arrays onto the device (devices.HostToDevice: no copy on the CPU; on a GPU
+        # asynchronous copies from page-locked buffers): the frames, each step's rewards and dones
+        # in one copy, and the rare arrays of a time limit.
+        self.obs_to_device = HostToDevice(self.device)
+        self.step_to_device = HostToDevice(self.device)
+        self.rare_to_device = HostToDevice(self.device)
         # Normalizer and curiosity statistics, merged over the ranks after every rollout (from the reset on).
         self.statistics = shared_statistics(envs, agent, context)
         self.obs = self._to_tensor(envs.reset())
@@ -91,13 +95,12 @@ class Runner:
 
     # ------------------------------------------------------------------ collection
     def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """The one place where observations (numpy) become torch: shared without a copy on the
-        CPU; on a GPU, staged in pinned memory and copied asynchronously (the copy is finished
-        before the buffer is reused, since the next step waits for the actions it computed)."""
-        if self._staging is None or obs.shape != self._staging.shape:
-            return torch.as_tensor(obs, device=self.device)
-        self._staging.copy_(torch.from_numpy(obs))
-        return self._staging.to(self.device, non_blocking=True)
+        """The one place where observations (numpy) become torch (see ``obs_to_device``)."""
+        return self.obs_to_device(obs)
+
+    def _step_arrays(self, *arrays: np.ndarray) -> torch.Tensor:
+        """A step's arrays ``[N]`` (rewards, dones) as the rows of one float32 tensor on the device, in one copy."""
+        return self.step_to_device(np.stack(arrays).astype(np.float32, copy=False))
 
     def collect(self) -> Batch:
         """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
@@ -126,13 +129,12 @@ class Runner:
                 values = values.detach()
             else:
                 actions, log_probs, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
+            # The step's one read from the device: the envs need the actions.
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
             bootstrap = self._truncation_bootstrap(dones, infos, next_state)
             self._note_episodes(infos, t)
-            dones_t = torch.as_tensor(dones, dtype=torch.float32, device=self.device)
-            storage.insert(t, self.obs, self.episode_starts, actions, values,
-                           torch.as_tensor(rewards, dtype=torch.float32, device=self.device), dones_t, bootstrap,
-                           log_probs)
+            rewards_t, dones_t = self._step_arrays(rewards, dones)
+            storage.insert(t, self.obs, self.episode_starts, actions, values, rewards_t, dones_t, bootstrap, log_probs)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
         storage.finish(self.obs, agent.value(self.obs, self.recurrent_state, self.episode_starts))
 
@@ -143,12 +145,13 @@ class Runner:
                if dones[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
         if not idx:
             return None
-        terminal_obs = self._to_tensor(np.stack([infos[i]["terminal_observation"] for i in idx]))
+        terminal_obs = self.rare_to_device(np.stack([infos[i]["terminal_observation"] for i in idx]))
+        index = self.rare_to_device(np.asarray(idx, dtype=np.int64))
         # The terminal observation continues the same episode: it reads the state that step produced.
-        state = tuple(s[idx] for s in next_state)
+        state = tuple(s.index_select(0, index) for s in next_state)
+        values = self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
         bootstrap = torch.zeros(self.config.num_envs, device=self.device)
-        bootstrap[idx] = self.agent.gamma * self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
-        return bootstrap
+        return bootstrap.index_copy_(0, index, self.agent.gamma * values)
 
     def _note_episodes(self, infos: list[dict], t: int) -> None:
         """Note the games that ended at step ``t`` of the rollout (raw full-game returns, from the Monitor)."""
@@ -275,12 +278,11 @@ class Runner:
         return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
 
     def learn(self, batch: Batch) -> dict[str, float]:
-        """One A2C update on the rollout (the loss, then the step); the stats to log."""
+        """One A2C update on the rollout (the loss, then the step); the stats to log, read from the
+        device at once, before the step, which keeps the best-loss weights first."""
         terms = self.agent.loss(batch)
-        self.checkpoints.loss_computed(self.state, float(terms["total"].detach()))
-        stats = self.agent.step(terms)
-        stats.update(rollout_stats(batch))
-        return stats
+        return self.agent.step(terms, extra=rollout_stats(batch),
+                               before_step=lambda stats: self.checkpoints.loss_computed(self.state, stats["total"]))
 
     def env_steps(self, batch: Batch) -> int:
         """Env steps that ``batch`` holds: every env, every step of the rollout."""
@@ -331,15 +333,16 @@ class Runner:
         return self.checkpoints.save(name, self.state, full)
 
 
-def rollout_stats(batch: Batch) -> dict[str, float]:
-    """What a practitioner checks of the critic each update: explained variance of the returns by
-    the values (1: perfect, 0: no better than their mean, below 0: worse), and the means of
-    value predictions, value targets (returns) and advantages, with the advantages' spread."""
+def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
+    """What a practitioner checks of the critic each update, as 0-d tensors still on the device:
+    explained variance of the returns by the values (1: perfect, 0: no better than their mean,
+    below 0: worse), and the means of value predictions, value targets (returns) and advantages,
+    with the advantages' spread."""
     return {"explained_variance": explained_variance(batch.values, batch.returns),
-            "rollout/value_mean": float(batch.values.mean()),
-            "rollout/return_mean": float(batch.returns.mean()),
-            "rollout/advantage_mean": float(batch.advantages.mean()),
-            "rollout/advantage_std": float(batch.advantages.std())}
+            "rollout/value_mean": batch.values.mean(),
+            "rollout/return_mean": batch.returns.mean(),
+            "rollout/advantage_mean": batch.advantages.mean(),
+            "rollout/advantage_std": batch.advantages.std()}
 
 
 def scheduled_lr(config: Config, update: int, step: int = 0) -> float:

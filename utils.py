@@ -112,15 +112,22 @@ def _umask() -> int:
 # ---------------------------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------------------------
-def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
+def read_back(tensors: dict[str, torch.Tensor]) -> dict[str, float]:
+    """0-d tensors (on any device) as floats, read back in one transfer instead of one each."""
+    if not tensors:
+        return {}
+    return dict(zip(tensors, torch.stack([t.detach().float().reshape(()) for t in tensors.values()]).tolist()))
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """1 - Var(targets - predictions) / Var(targets): 1 is perfect, 0 is no better than a constant.
+    A 0-d tensor on the inputs' device (read back with the other statistics of an update).
 
     NaN when the targets have no variance (nothing to explain).
     """
-    var_targets = torch.var(targets)
-    if var_targets.item() == 0:
-        return float("nan")
-    return float(1.0 - torch.var(targets - predictions) / var_targets)
+    var_targets = torch.var(targets.detach())
+    explained = 1.0 - torch.var(targets.detach() - predictions.detach()) / var_targets
+    return torch.where(var_targets == 0, torch.full_like(explained, float("nan")), explained)
 
 
 class EpisodeStats:

@@ -10,6 +10,37 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a GPU: skipped on a machine without CUDA (CI has none)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def device_named(request, monkeypatch):
+    """Every test that trains or evaluates through ``main`` names its device (``--no-cuda`` or
+    ``--cuda``): left to the default, a test would move to the GPU on a machine that has one, where
+    its thresholds, tuned on the CPU's random stream, do not hold. Tests of the default itself
+    are marked ``device_default``."""
+    if "device_default" in request.keywords:
+        yield
+        return
+    import devices
+
+    choose = devices.choose_device
+
+    def named_only(want_cuda, vector_obs, **kwargs):
+        assert want_cuda is not None, "this test trains or evaluates without naming its device (--no-cuda)"
+        return choose(want_cuda, vector_obs, **kwargs)
+
+    monkeypatch.setattr(devices, "choose_device", named_only)
+    yield
+
+
 @pytest.fixture(scope="module")
 def torch_single_thread():
     """Run a module's tiny-tensor tests on one intra-op thread (restored afterwards).
@@ -41,6 +72,8 @@ def one_line_error(capsys):
     import main
 
     def run(argv: list[str]) -> str:
+        if "--cuda" not in argv and "--no-cuda" not in argv:
+            argv = ["--no-cuda", *argv]  # bad input is refused on any device; these tests name the CPU
         try:
             code = main.main(argv)
         except SystemExit as exc:  # argparse's own checks

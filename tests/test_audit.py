@@ -155,7 +155,7 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
     monkeypatch.setattr(evaluate, "make_eval_envs", make_recorded)
     checkpoint = os.path.join(space_invaders_run["run_dir"], "a2c_last")
     typed = [] if vec_env == "ale" else ["--vec-env", vec_env]
-    assert cli.main(["--eval", "--load", checkpoint, "--episodes", "2", "--max-episode-frames", "600",
+    assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "2", "--max-episode-frames", "600",
                      "--no-cuda", "--threads", "1", "--seed", "3", *typed]) == 0
     scores = [float(s) for s in capsys.readouterr().out.strip().splitlines()[-2].removeprefix("scores: ").split()]
     assert len(scores) == 2 and len(games) == 2
@@ -249,10 +249,10 @@ def test_icm_normalize_running_std_is_saved_and_restored(tmp_path, monkeypatch):
         return self.state
     with monkeypatch.context() as patch:
         patch.setattr(runner_module.Runner, "train", train)
-        assert cli.main(["--resume", last, "--num-updates", "3"]) == 0
+        assert cli.main(["--no-cuda", "--resume", last, "--num-updates", "3"]) == 0
     assert seen["std"] == saved
     # ... and counts on from them.
-    assert cli.main(["--resume", last, "--num-updates", "3"]) == 0
+    assert cli.main(["--no-cuda", "--resume", last, "--num-updates", "3"]) == 0
     resumed = torch.load(last, weights_only=True)
     assert resumed["update"] == 3 and resumed["intrinsic_std"]["count"] == 30
     assert resumed["intrinsic_std"]["m2"] >= saved["m2"]
@@ -262,6 +262,8 @@ def test_icm_normalize_running_std_is_saved_and_restored(tmp_path, monkeypatch):
 def wait_for_first_last(proc: subprocess.Popen) -> str:
     """The path of the a2c_last of the run ``proc`` trains, once it has been written (or 60 s passed)."""
     line = proc.stdout.readline()
+    if line.startswith("device: "):  # the first line names the device
+        line = proc.stdout.readline()
     assert line.startswith("run directory:"), proc.stderr.read() if proc.poll() is not None else line
     last_path = os.path.join(line.split(":", 1)[1].strip(), "a2c_last")
     deadline = time.monotonic() + 60

@@ -120,7 +120,7 @@ def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_
         seen["lr"], seen["entropy_coeff"] = runner_module.scheduled_lr(self.config, 0), self.agent.entropy_coeff
         return self.state
     monkeypatch.setattr(runner_module.Runner, "train", train)
-    assert cli.main(["--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1),
+    assert cli.main(["--no-cuda", "--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1),
                      "--lr", "3e-4", "--entropy-coeff", "0.02"]) == 0
     assert (seen["lr"], seen["entropy_coeff"]) == (3e-4, 0.02)  # typed settings apply from the resume on
     assert seen["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() != set()
@@ -176,6 +176,7 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     proc = subprocess.Popen([sys.executable, "-u", "main.py", *SMALL, "--num-updates", "100000", "--log-dir",
                              str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout.readline().startswith("device: cpu (")  # the first line names the device
         line = proc.stdout.readline()
         assert line.startswith("run directory:")
         # a2c_last is first written after update 4 (--checkpoint-interval 4), with the signal
@@ -263,7 +264,7 @@ def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_li
     message = one_line_error(["--eval", "--load", last, "--env-name", "SpaceInvadersNoFrameskip-v4"])  # 6 actions too
     assert message.endswith("was trained on PongNoFrameskip-v4; SpaceInvadersNoFrameskip-v4 is another game")
     # Another id of the same game plays (a v4-trained agent under the v5 id's settings, say).
-    assert cli.main(["--eval", "--load", last, "--env-name", "ALE/Pong-v5", "--episodes", "1",
+    assert cli.main(["--no-cuda", "--eval", "--load", last, "--env-name", "ALE/Pong-v5", "--episodes", "1",
                      "--max-episode-frames", "120", "--no-cuda"]) == 0
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--no-recurrent"])
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--n-stack", "2"])
@@ -344,7 +345,7 @@ def test_flags_parse_into_config_and_booleans_turn_off():
     assert (config.cuda, config.tensorboard, config.recurrent, config.max_grad_norm) == (False, False, False, 2.0)
     assert typed == {"cuda", "tensorboard", "recurrent", "max_grad_norm"}
     default, _, _ = cli.parse_args([])
-    assert default.cuda and default.tensorboard and default.recurrent
+    assert default.cuda is None and default.tensorboard and default.recurrent  # None: the device by the env
     assert default.total_steps == 10_000_000
 
 
@@ -403,7 +404,7 @@ def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
     monkeypatch.setattr(evaluate, "evaluate", lambda model, *a, **k: played.append(model.bf16) or real(model, *a, **k))
     checkpoint = os.path.join(trained_run, "a2c_last")
     for flags in ([], ["--bf16"], ["--no-bf16"]):
-        assert cli.main(["--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
+        assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
                          "--no-cuda", *flags]) == 0
     assert played == [False, True, False]  # the run trained in float32; --bf16 asks for bfloat16
 

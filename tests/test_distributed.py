@@ -107,10 +107,11 @@ def job(tmp_path_factory):
 def test_job_trains_one_agent_and_says_what_is_per_rank(job):
     assert all(rank["exit_code"] == 0 for rank in job["ranks"])
     lines = job["out"].strip().splitlines()  # rank 0 alone prints
-    assert lines[0] == f"run directory: {job['run_dir']}"
-    assert lines[1] == ("data-parallel: 2 processes (Gloo, cpu) x 2 envs (--num-envs is per process) = 4 envs; "
+    assert lines[0].startswith("device: cpu (") and lines[0].endswith("float32")
+    assert lines[1] == f"run directory: {job['run_dir']}"
+    assert lines[2] == ("data-parallel: 2 processes (Gloo, cpu) x 2 envs (--num-envs is per process) = 4 envs; "
                         "batch per update 4 x 5 = 20 env steps")
-    assert lines[2].startswith(f"{6 * STEPS_PER_UPDATE} env steps, 6 updates, ") and len(lines) == 3
+    assert lines[3].startswith(f"{6 * STEPS_PER_UPDATE} env steps, 6 updates, ") and len(lines) == 4
     last = torch.load(os.path.join(job["run_dir"], "a2c_last"), weights_only=True)
     assert (last["update"], last["step"], last["world_size"]) == (6, 6 * STEPS_PER_UPDATE, 2)
     assert {"a2c_last", "a2c_best_loss", "config.json"} <= set(os.listdir(job["run_dir"]))
@@ -357,7 +358,7 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_update_then_the_run_resumes
     assert (last["update"], last["step"]) == (stopped + 2, (stopped + 2) * STEPS_PER_UPDATE)
     # ... and so does one process: the weights and optimizer state do not depend on the world size.
     capsys.readouterr()
-    assert cli.main(["--resume", last_path, "--num-updates", str(stopped + 3), "--no-progress", "--threads", "1"]) == 0
+    assert cli.main(["--no-cuda", "--resume", last_path, "--num-updates", str(stopped + 3), "--no-progress", "--threads", "1"]) == 0
     assert ("one process, 2 envs; batch per update 2 x 5 = 10 env steps; the run was trained by 2 process(es) with "
             "4 envs and goes on with 2") in capsys.readouterr().out
     last = torch.load(last_path, weights_only=True)
@@ -374,7 +375,7 @@ def test_a_rank_killed_hard_ends_the_job_and_the_run_resumes_from_a2c_last(tmp_p
     last = torch.load(last_path, weights_only=True)
     assert last["update"] >= 1 and last["step"] == last["update"] * STEPS_PER_UPDATE
     more = last["update"] + 1
-    assert cli.main(["--resume", last_path, "--num-updates", str(more), "--no-progress", "--threads", "1"]) == 0
+    assert cli.main(["--no-cuda", "--resume", last_path, "--num-updates", str(more), "--no-progress", "--threads", "1"]) == 0
     assert torch.load(last_path, weights_only=True)["update"] == more
 
 

@@ -58,12 +58,12 @@ def test_normalize_obs_is_saved_frozen_in_evaluation_and_restored_on_resume(tmp_
     real = evaluate.evaluate
     monkeypatch.setattr(evaluate, "evaluate", lambda model, envs, *a, **k: seen.append(
         (envs.obs_rms.mean.copy(), envs.training, envs.norm_reward)) or real(model, envs, *a, **k))
-    assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "2", "--no-cuda"]) == 0
+    assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "2", "--no-cuda"]) == 0
     (mean, training, norm_reward), = seen
     np.testing.assert_array_equal(mean, last["obs_normalizer"]["mean"].numpy())
     assert not training and not norm_reward  # frozen, and the scores are raw
 
-    assert main.main(["--resume", f"{run_dir}/a2c_last", "--num-updates", "5", "--no-progress"]) == 0
+    assert main.main(["--no-cuda", "--resume", f"{run_dir}/a2c_last", "--num-updates", "5", "--no-progress"]) == 0
     resumed = load_checkpoint(f"{run_dir}/a2c_last")
     # Carried on from the saved statistics: + the new reset's 2 observations + 2 updates x 10.
     assert resumed["obs_normalizer"]["count"] == pytest.approx(32 + 2 + 20 + 1e-4)
@@ -128,7 +128,7 @@ def test_bad_domain_input_is_one_line(one_line_error, tmp_path, argv, message):
 def test_physics_grid_plays_every_cell_and_writes_a_table_and_a_heat_map(tmp_path, one_line_error):
     run_dir = train(tmp_path, "--num-updates", "3", "--normalize-obs")
     out, table = tmp_path / "grid.png", tmp_path / "grid.json"
-    assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--physics-grid", "--episodes", "2",
+    assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--physics-grid", "--episodes", "2",
                       "--max-episode-frames", "30", "--json", str(table), "--out", str(out), "--no-cuda"]) == 0
     grid = json.load(open(table))
     assert grid["axes"] == {"gravity": [5.0, 7.5, 10.0, 12.5, 15.0], "length": [0.25, 0.5, 0.75, 1.0]}

@@ -306,7 +306,7 @@ def runs(tmp_path_factory) -> dict[str, str]:
 def test_cli_eval_writes_json_for_every_checkpoint_kind(runs, run, kind, tmp_path, capsys):
     ckpt = os.path.join(runs[run], kind)
     out = tmp_path / "results.json"
-    code = cli.main(["--eval", "--load", ckpt, "--episodes", "2", "--json", str(out), "--max-episode-frames", "100",
+    code = cli.main(["--no-cuda", "--eval", "--load", ckpt, "--episodes", "2", "--json", str(out), "--max-episode-frames", "100",
                      "--no-cuda", "--threads", "1", "--deterministic", "--protocol", "machado"])
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()

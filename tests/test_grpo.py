@@ -227,7 +227,7 @@ def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after
 
 
 # ------------------------------------------------------------------------------------------------ main.py
-GRPO = ["--env-name", "CartPole-v1", "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--no-progress",
+GRPO = ["--env-name", "CartPole-v1", "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--no-progress", "--no-cuda",
         "--threads", "1", "--horizon", "60", "--log-interval", "1"]
 
 
@@ -241,7 +241,7 @@ def test_a_grpo_run_through_main_checkpoints_resumes_exactly_and_plays(tmp_path)
     assert cli.main([*flags, "--num-updates", "3", "--log-dir", str(split)]) == 0
     (run_dir,) = glob.glob(str(split / "CartPole-v1_*"))
     last = os.path.join(run_dir, "a2c_last")
-    assert cli.main(["--resume", last, "--num-updates", "6"]) == 0
+    assert cli.main(["--no-cuda", "--resume", last, "--num-updates", "6"]) == 0
     (straight_dir,) = glob.glob(str(straight / "CartPole-v1_*"))
     a, b = (checkpoints.load_checkpoint(os.path.join(d, "a2c_last")) for d in (straight_dir, run_dir))
     assert a["update"] == b["update"] == 6 and a["step"] == b["step"]
@@ -252,7 +252,7 @@ def test_a_grpo_run_through_main_checkpoints_resumes_exactly_and_plays(tmp_path)
         assert torch.equal(tensor, b["model"][name]), name
     for name in ("a2c_best_loss", "a2c_best_reward"):
         assert os.path.exists(os.path.join(straight_dir, name))
-    assert cli.main(["--eval", "--load", last, "--episodes", "2", "--max-episode-frames", "30"]) == 0
+    assert cli.main(["--no-cuda", "--eval", "--load", last, "--episodes", "2", "--max-episode-frames", "30"]) == 0
 
 
 def test_grpo_logs_its_statistics_on_the_env_step_axis(tmp_path):
@@ -279,7 +279,7 @@ def test_grpo_logs_its_statistics_on_the_env_step_axis(tmp_path):
 def test_grpo_learns_cartpole(tmp_path):
     """A broken sign or baseline would stay near random play (about 22): the defaults (4 groups of
     8) lift CartPole's mean return far above it within 30,000 env steps."""
-    argv = ["--env-name", "CartPole-v1", "--algo", "grpo", "--max-env-steps", "30000", "--no-progress",
+    argv = ["--env-name", "CartPole-v1", "--algo", "grpo", "--max-env-steps", "30000", "--no-progress", "--no-cuda",
             "--threads", "1", "--log-dir", str(tmp_path)]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
@@ -308,7 +308,7 @@ def test_grpo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags
     """Continuous actions (a Gaussian's log-probs of whole episodes), a recurrent policy (run over
     each minibatch's episodes from their zero state) and randomized physics all train and save."""
     argv = ["--env-name", env_name, "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--horizon", "40",
-            "--num-updates", "2", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path), *flags]
+            "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path), *flags]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -332,5 +332,5 @@ def test_sigterm_stops_a_grpo_run_after_its_round_and_it_resumes(tmp_path):
     final = out.strip().splitlines()[-1]
     last = checkpoints.load_checkpoint(last_path)
     assert final.startswith("stopped by SIGTERM; ") and f"{last['step']} env steps, {last['update']} updates" in final
-    assert cli.main(["--resume", last_path, "--num-updates", str(last["update"] + 1)]) == 0
+    assert cli.main(["--no-cuda", "--resume", last_path, "--num-updates", str(last["update"] + 1)]) == 0
     assert checkpoints.load_checkpoint(last_path)["update"] == last["update"] + 1

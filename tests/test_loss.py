@@ -252,7 +252,7 @@ def test_a_run_without_a_critic_trains_saves_plays_and_keeps_its_choice(tmp_path
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = load_checkpoint(f"{run_dir}/a2c_last")
     assert last["model_spec"]["critic"] is False and "critic.weight" not in last["model"]
-    assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "1", "--no-cuda"]) == 0
+    assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "1", "--no-cuda"]) == 0
     message = one_line_error(["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--critic"])
     assert "was saved with --critic false (another architecture); cannot use true" in message
 

@@ -24,7 +24,7 @@ from storage import RolloutStorage
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 PPO = ["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "16", "--ppo-epochs", "2",
-       "--ppo-minibatches", "4", "--no-progress", "--threads", "1"]
+       "--ppo-minibatches", "4", "--no-progress", "--no-cuda", "--threads", "1"]
 
 
 # ------------------------------------------------------------------------------------------------ formulas
@@ -166,12 +166,12 @@ def test_a_ppo_run_through_main_checkpoints_resumes_and_plays(tmp_path):
     assert first["optimizer_name"] == "adam" and not first["config"]["speed"]["keep_graph"]
     steps = lambda data: {float(s["step"]) for s in data["optimizer"]["state"].values()}  # noqa: E731
     assert steps(first) == {2 * 2 * 4}
-    assert cli.main(["--resume", last, "--num-updates", "4"]) == 0
+    assert cli.main(["--no-cuda", "--resume", last, "--num-updates", "4"]) == 0
     again = checkpoints.load_checkpoint(last)
     assert again["update"] == 4 and again["step"] == 4 * 4 * 16 and steps(again) == {4 * 2 * 4}
     for name in ("a2c_best_loss", "a2c_best_reward"):
         assert os.path.exists(os.path.join(run_dir, name))
-    assert cli.main(["--eval", "--load", last, "--episodes", "2", "--max-episode-frames", "30"]) == 0
+    assert cli.main(["--no-cuda", "--eval", "--load", last, "--episodes", "2", "--max-episode-frames", "30"]) == 0
 
 
 def test_ppo_logs_its_statistics(tmp_path):
@@ -191,7 +191,7 @@ def test_ppo_logs_its_statistics(tmp_path):
 def test_ppo_learns_cartpole(tmp_path):
     """A broken sign or ratio would stay near random play (about 22): the defaults lift CartPole's
     mean return far above it within 30,000 env steps."""
-    argv = ["--env-name", "CartPole-v1", "--algo", "ppo", "--max-env-steps", "30000", "--no-progress",
+    argv = ["--env-name", "CartPole-v1", "--algo", "ppo", "--max-env-steps", "30000", "--no-progress", "--no-cuda",
             "--threads", "1", "--log-dir", str(tmp_path)]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
@@ -202,7 +202,7 @@ def test_ppo_learns_cartpole(tmp_path):
 @pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"])])
 def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
     argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--ppo-epochs", "2",
-            "--ppo-minibatches", "2", "--num-updates", "2", "--no-progress", "--threads", "1",
+            "--ppo-minibatches", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
             "--log-dir", str(tmp_path), *flags]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
@@ -248,5 +248,5 @@ def test_sigint_stops_a_ppo_run_after_its_update_and_it_resumes(tmp_path):
     assert final.startswith("stopped by SIGINT; ") and f"{last['step']} env steps, {last['update']} updates" in final
     assert last["step"] == last["update"] * 4 * 16
     assert {float(s["step"]) for s in last["optimizer"]["state"].values()} == {last["update"] * 2 * 4}
-    assert cli.main(["--resume", last_path, "--num-updates", str(last["update"] + 1)]) == 0
+    assert cli.main(["--no-cuda", "--resume", last_path, "--num-updates", str(last["update"] + 1)]) == 0
     assert checkpoints.load_checkpoint(last_path)["update"] == last["update"] + 1

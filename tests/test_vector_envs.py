@@ -130,7 +130,7 @@ def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
                                               ("Pendulum-v1", ["--no-recurrent", "--vec-env", "async"])])
 def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     """A short run writes its checkpoints and logs its episodes; a2c_last resumes and plays --eval."""
-    argv = ["--env-name", env_name, "--num-envs", "4", "--num-updates", "60", "--no-progress",
+    argv = ["--env-name", env_name, "--num-envs", "4", "--num-updates", "60", "--no-progress", "--no-cuda",
             "--threads", "1", "--max-episode-frames", "50", "--log-dir", str(tmp_path), *flags]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
@@ -141,22 +141,22 @@ def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     assert last["episode_returns"], "episodes of 50 steps must have ended within 240 steps an env"
     assert os.path.exists(os.path.join(run_dir, "a2c_best_loss"))
     assert os.path.exists(os.path.join(run_dir, "a2c_best_eval")) == ("--eval-interval" in flags)
-    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "70"]) == 0
+    assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "70"]) == 0
     assert checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["update"] == 70
     out = tmp_path / "eval.json"
-    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "3", "--deterministic",
+    assert cli.main(["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "3", "--deterministic",
                      "--max-episode-frames", "40", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert len(result["scores"]) == 3 and all(1 <= n <= 40 for n in result["lengths"])
     assert result["max_episode_frames"] == 40 and result["env_name"] == env_name
-    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--protocol", "machado"]) == 2
+    assert cli.main(["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--protocol", "machado"]) == 2
 
 
 def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(tmp_path):
     """--mlp-width sets both MLPs' layers (actor's and critic's), --log-std-init the Gaussian's
     starting std; a checkpoint rebuilds the same widths, and one saved without a width (before
     the flag) still loads as the 64-unit network it was."""
-    argv = ["--env-name", "Pendulum-v1", "--num-envs", "2", "--num-updates", "1", "--no-progress", "--threads", "1",
+    argv = ["--env-name", "Pendulum-v1", "--num-envs", "2", "--num-updates", "1", "--no-progress", "--no-cuda", "--threads", "1",
             "--mlp-width", "32", "--log-std-init", "-2", "--no-sde", "--log-dir", str(tmp_path)]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1_*"))
@@ -171,8 +171,8 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     old_spec = {k: v for k, v in data["model_spec"].items() if k != "mlp_width"}
     assert ActorCritic(**old_spec).encoder.out_features == 64
     # Both shape the network a run starts with: a resumed run keeps its own.
-    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--mlp-width", "64"]) == 2
-    assert cli.main(["--resume", os.path.join(run_dir, "a2c_last"), "--log-std-init", "0"]) == 2
+    assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--mlp-width", "64"]) == 2
+    assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--log-std-init", "0"]) == 2
 
 
 def test_state_dependent_exploration_by_hand():
@@ -214,7 +214,7 @@ def test_cartpole_learns(tmp_path):
     """The vector path learns, not only runs: a feed-forward agent lifts CartPole's mean return
     well above random play (about 22) within 32,000 env steps."""
     argv = ["--env-name", "CartPole-v1", "--num-envs", "8", "--num-updates", "800", "--no-recurrent",
-            "--optimizer", "adam", "--lr", "1e-3", "--no-progress", "--threads", "1", "--log-dir", str(tmp_path)]
+            "--optimizer", "adam", "--lr", "1e-3", "--no-progress", "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path)]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
@@ -251,11 +251,11 @@ def test_eval_of_a_saved_cartpole_agent_records_its_rendered_games(tmp_path):
     game, numbered across envs, holding the frame after the reset and after each step (l + 1),
     at the render's size (CartPole: 600 x 400) and rate (50 fps)."""
     argv = ["--env-name", "CartPole-v1", "--num-envs", "2", "--rollout-size", "5", "--num-updates", "3",
-            "--no-progress", "--threads", "1", "--no-tensorboard", "--log-dir", str(tmp_path / "runs")]
+            "--no-progress", "--no-cuda", "--threads", "1", "--no-tensorboard", "--log-dir", str(tmp_path / "runs")]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "runs" / "CartPole-v1_*"))
     videos, out = tmp_path / "videos" / "new", tmp_path / "eval.json"  # a missing folder is made
-    assert cli.main(["--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "2",
+    assert cli.main(["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "2",
                      "--max-episode-frames", "40", "--video", str(videos), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     files = sorted(os.listdir(videos))
