@@ -52,7 +52,10 @@ def check_env(env_name: str) -> bool:
     check_env_id(env_name)
     if _is_atari(env_name):
         return False
-    env = gym.make(env_name)
+    try:
+        env = gym.make(env_name)
+    except gym.error.DependencyNotInstalled as exc:  # e.g. MuJoCo for HalfCheetah-v5
+        raise UsageError(f"{env_name} needs a package that is not installed: {exc}") from None
     try:
         return _check_spaces(env_name, env.observation_space, env.action_space)
     finally:

@@ -77,7 +77,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     flag("--mlp-width", field="mlp_width", type=positive_int, metavar="N")
-    flag("--log-std-init", field="log_std_init", type=float, metavar="X")
+    flag("--log-std-init", field="log_std_init", type=_finite, metavar="X")
     switch("--sde", "sde")
     switch("--feature-norm", "feature_norm")
     switch("--core-skip", "core_skip")
@@ -188,6 +188,17 @@ def _checked(kind: type, what: str, allow_zero: bool = False):
         return value
     parse.__name__ = what  # argparse names the type in its message
     return parse
+
+
+def _finite(text: str) -> float:
+    """A finite number of either sign (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got '{text}'")
+    return value
 
 
 def parse_seed(text: str) -> int:

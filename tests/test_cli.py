@@ -446,3 +446,22 @@ def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypa
     assert calls == [1]
     agent = agent_from_config(Config(speed=Speed(encoder_chunk=5)), (4, 84, 84), 6)
     assert agent.model.encoder.cpu_chunk == 5
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_log_std_init_is_refused(one_line_error, value):
+    assert one_line_error(["--env-name", "Pendulum-v1", f"--log-std-init={value}"]) == (
+        f"error: argument --log-std-init: expected a finite number, got '{value}' (see --help)")
+
+
+def test_an_env_whose_optional_dependency_is_missing_is_refused_in_one_line(one_line_error, tmp_path):
+    import gymnasium as gym
+
+    try:
+        gym.make("HalfCheetah-v5").close()
+        pytest.skip("MuJoCo is installed here")
+    except gym.error.DependencyNotInstalled:
+        pass
+    message = one_line_error(["--env-name", "HalfCheetah-v5", "--log-dir", str(tmp_path)])
+    assert message.startswith("error: HalfCheetah-v5 needs a package that is not installed: MuJoCo")
+    assert not os.listdir(tmp_path)
