@@ -1,9 +1,6 @@
 """bench/throughput.py: its trainers, its summary lines, its command line, and one tiny run end to end."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -12,8 +9,6 @@ from bench import throughput as bench
 from bench.throughput import OURS_FEEDFORWARD, OURS_RECURRENT, SB3, Trials
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def trials(name: str, rate: float) -> Trials:
@@ -138,75 +133,9 @@ def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, mo
     assert not list(tmp_path.glob("SB3-*"))
 
 
-def test_encoder_batch_times_float32_and_both_ways_of_casting_to_bfloat16():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "encoder_batch.py"), "--bf16", "--frames", "8",
-                          "--step-frames", "4", "--repeats", "1", "--iterations", "1", "--threads", "1"],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    rows = out.strip().splitlines()[1:]
-    assert [row.split()[0] for row in rows] == ["universe", "nature"]
-    for row in rows:
-        assert "passes of 4" in row
-        for variant in ("float32", "bf16 cast a pass", "bf16 cast once"):
-            assert f"{variant} " in row
-        assert row.count(" ms (") == 3  # those three variants and no other
-        assert "(1.00x)" in row.split("bf16")[0]  # float32 is the reference
-
-
-def test_openmp_spin_runs_each_setting_and_prints_a_row_of_every_column():
-    # The table's shape only: the timings are for reading, not for the suite.
-    from bench.openmp_spin import COLUMNS
-
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "openmp_spin.py"), "--spins", "default", "0",
-                          "--steps", "3", "--repeats", "1", "--num-envs", "2", "--threads", "1"],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    lines = out.strip().splitlines()
-    assert "2 games of Pong" in lines[0] and "torch 1 threads" in lines[0]
-    assert lines[1].split()[0] == "GOMP_SPINCOUNT"
-    for name in (*COLUMNS, "step after fwd"):
-        assert name in lines[1]
-    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
-    assert list(rows) == ["default", "0"]
-    assert all(len(values) == len(COLUMNS) + 1 for values in rows.values())
-
-
 @pytest.mark.skipif(bench.torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--cuda"])
     assert exc.value.code == 2
     assert "CUDA is not available" in capsys.readouterr().err
-
-
-def test_core_probe_reads_the_network_before_training_and_after_every_interval():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "core_probe.py"), "--updates", "2", "--every", "1",
-                          "--flags", "--num-envs 2 --max-episode-frames 200"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert lines[0].split()[:6] == ["update", "feature_mean", "feature_max", "saturated", "output_spread",
-                                    "value_spread"]
-    rows = [line.split() for line in lines[1:4]]
-    assert [int(row[0]) for row in rows] == [0, 1, 2]
-    assert all(float(value) >= 0 for row in rows for value in row[3:6])  # shares and spreads
-    assert lines[-1] == "2 updates in " + lines[-1].split()[-2] + " s"
-
-
-@pytest.mark.parametrize("optimizer", ["torch-rmsprop", "rmsprop"])
-def test_step_sizes_show_torch_rmsprops_first_steps_of_about_ten_times_lr(optimizer):
-    """Two updates: torch's RMSprop moves each weight with a gradient by lr / sqrt(1 - alpha) = 7e-3
-    at first, whatever its gradient (the RMS over a part is lower where some weights get none);
-    TensorFlow's form (square average from 1) by lr x gradient, thousands of times less."""
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_sizes.py"), "--updates", "2",
-                          "--flags", f"--num-envs 2 --max-episode-frames 200 --optimizer {optimizer}"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert lines[0].startswith(f"{optimizer} lr 0.0007, 2 updates")
-    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[2:]}
-    assert set(rows) == {"encoder", "lstm", "actor", "critic"}
-    for part, (gradient, first, _) in rows.items():
-        assert gradient > 0
-        if optimizer == "torch-rmsprop":
-            assert 1e-3 < first < 7.1e-3, (part, first)
-        else:
-            assert first < 1e-5, (part, first)
