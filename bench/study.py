@@ -38,10 +38,27 @@ The runs train where ``main.py`` trains by default (the GPU if there is one); ad
 ``--flags=--no-cuda`` to keep them on the CPU. Give ``--flags`` with ``=`` when it is a single
 flag, as argparse reads a lone ``--no-cuda`` as a flag of the study itself.
 
+``--grid`` trains nothing either: does domain randomization generalize? It plays each run of the
+configurations named (``--configs NAME ...``; ``NAME=FLAGS`` is read as NAME, so a study's own
+``--configs`` can be pasted) over its env's physics grid, each run directory
+``LOG_DIR/NAME_seedS/<run>/`` in turn, with
+
+    python main.py --eval --load CHECKPOINT --physics-grid --episodes E --json ... --out ... --no-cuda
+
+(``--checkpoint``, default ``a2c_last``; ``--episodes`` a cell, default 10; the run's own table and
+heat map land beside the checkpoint), then writes ``OUT.md`` (per configuration: the mean return
+over all cells, the worst cell's, and the share of cells at or above ``--solved`` (200:
+LunarLander's "solved"), each as the mean over its seeds with each seed's value), ``OUT.json``
+(every cell of every run) and ``OUT.png`` (one heat map per configuration: the mean over its seeds
+of each cell's mean return, on one colour scale); ``OUT`` defaults to ``LOG_DIR/grid``.
+
     python bench/study.py --preset screen                                 # Pong, 1.5M steps a run, 2 at a time
     python bench/study.py --preset screen --seeds 1 2 3 --parallel 4 --log-dir runs/screen
     python bench/study.py --configs default= lr1e-3="--lr 1e-3" --steps 5e6 --env-name BreakoutNoFrameskip-v4
     python bench/study.py --log-dir runs/screen --report-only --reach -20 0 10 --out runs/screen/early
+    python bench/study.py --env-name LunarLander-v3 --configs default= randomized=--randomize-domain \\
+        --seeds 1 2 3 --steps 1000000 --log-dir runs/dr --flags=--no-cuda
+    python bench/study.py --grid --log-dir runs/dr --configs default randomized --out runs/dr/grid
 """
 from __future__ import annotations
 
@@ -525,6 +542,93 @@ def discovered_runs(log_dir: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (r.get("order", 0), r["name"], r["seed"]))
 
 
+# ------------------------------------------------------------------------------------------------ --grid
+GRID_DEFAULTS = {"checkpoint": "a2c_last", "episodes": 10, "solved": 200.0, "threads": 1, "max_episode_steps": None}
+
+
+def grid_run_dirs(log_dir: str, name: str) -> list[tuple[int, str]]:
+    """(seed, run directory) of each run of configuration ``name`` in a study's log dir, by seed."""
+    found = []
+    for path in glob.glob(os.path.join(glob.escape(log_dir), f"{name}_seed*", "*", "config.json")):
+        seed = int(os.path.basename(os.path.dirname(os.path.dirname(path))).rsplit("_seed", 1)[1])
+        found.append((seed, os.path.dirname(path)))
+    return sorted(found)
+
+
+def play_grid(run_dir: str, checkpoint: str, episodes: int, threads: int, max_steps: Optional[int] = None) -> dict:
+    """``main.py --eval --physics-grid`` of one run's checkpoint; its table, also written beside the checkpoint."""
+    load = os.path.join(run_dir, checkpoint)
+    table, image = f"{load}_physics_grid.json", f"{load}_physics_grid.png"
+    cap = ["--max-episode-frames", str(max_steps)] if max_steps else []
+    subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--eval", "--load", load, "--physics-grid",
+                    "--episodes", str(episodes), "--json", table, "--out", image, "--no-cuda",
+                    "--threads", str(threads), *cap], check=True)
+    with open(table) as f:
+        return json.load(f)
+
+
+def grid_summary(grid: dict, solved: float) -> dict[str, float]:
+    """The mean return over a grid's cells, its worst cell's, and the share of cells at ``solved`` or more."""
+    means = np.array([cell["mean"] for cell in grid["cells"]])
+    return {"mean": float(means.mean()), "worst": float(means.min()), "solved": float((means >= solved).mean())}
+
+
+def compare_grids(results: dict[str, list[dict[str, Any]]], out: str, command: str, solved: float) -> str:
+    """Write ``out.md``, ``out.json`` and ``out.png`` from each configuration's runs (``seed``,
+    ``run_dir``, ``grid``); returns the markdown (``command``: what produced it)."""
+    from physics_grid import draw_heatmaps, mean_table
+
+    lines = [command, "", f"| configuration | seeds | mean return over the cells | worst cell | "
+                          f"cells at {solved:g} or more |", "|---|---|---|---|---|"]
+    tables, grids = [], []
+    for name, runs in results.items():
+        rows = [grid_summary(run["grid"], solved) for run in runs]
+        for run, row in zip(runs, rows):
+            run["summary"] = row
+
+        def show(key: str, fmt: str) -> str:
+            values = [row[key] for row in rows]
+            return f"{np.mean(values):{fmt}} ({', '.join(f'{v:{fmt}}' for v in values)})"
+
+        lines.append(f"| {name} | {' '.join(str(run['seed']) for run in runs)} | {show('mean', '.1f')} | "
+                     f"{show('worst', '.1f')} | {show('solved', '.0%')} |")
+        tables.append(np.mean([mean_table(run["grid"]) for run in runs], axis=0))
+        grids.append(runs[0]["grid"])
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".md", "w") as f:
+        f.write(text)
+    with open(out + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    titles = [f"{name}: mean of {len(runs)} seed{'s' if len(runs) > 1 else ''}" for name, runs in results.items()]
+    draw_heatmaps(grids, titles, out + ".png", tables=tables)
+    return text
+
+
+def grid_mode(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> int:
+    """``--grid``: every run of each configuration named over its env's physics grid, compared."""
+    if not names:
+        p.error("--grid: give the configurations to compare: --configs NAME ...")
+    options = {key: GRID_DEFAULTS[key] if getattr(args, key) is None else getattr(args, key) for key in GRID_DEFAULTS}
+    results: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        runs = [(seed, run_dir) for seed, run_dir in grid_run_dirs(args.log_dir, name)
+                if args.seeds is None or seed in args.seeds]
+        if not runs:
+            p.error(f"--grid: no runs of {name} in --log-dir {args.log_dir}")
+        results[name] = [{"seed": seed, "run_dir": run_dir,
+                          "grid": play_grid(run_dir, options["checkpoint"], options["episodes"], options["threads"],
+                                            options["max_episode_steps"])}
+                         for seed, run_dir in runs]
+    out = args.out or os.path.join(args.log_dir, "grid")
+    command = (f"Each run's `{options['checkpoint']}` over the physics grid, {options['episodes']} episodes a cell "
+               f"(`python bench/study.py --grid --log-dir {args.log_dir} --configs {' '.join(names)} "
+               f"--checkpoint {options['checkpoint']} --episodes {options['episodes']}`).")
+    print(compare_grids(results, out, command, options["solved"]))
+    print(f"wrote {out}.md, {out}.json, {out}.png")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ command line
 def _steps(text: str) -> int:
     """A positive step count: ``1500000``, ``1_500_000`` or ``1.5e6``."""
@@ -549,8 +653,9 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", type=parse_config, default=[], metavar="NAME=FLAGS",
-                   help="the configurations: a name each (it names their directories) and their main.py flags")
+    p.add_argument("--configs", nargs="+", default=[], metavar="NAME=FLAGS",
+                   help="the configurations: a name each (it names their directories) and their main.py flags "
+                        "(with --grid: their names)")
     p.add_argument("--preset", choices=list(PRESETS),
                    help="add a preset's configurations before those of --configs; screen: "
                         + ", ".join(repr(c) for c in PRESETS["screen"]))
@@ -565,18 +670,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the study's runs, each in a directory NAME_seedS; a study started again here carries on "
                         "(default: %(default)s)")
     p.add_argument("--out", default=None, metavar="PREFIX",
-                   help="the report's files PREFIX.md, PREFIX.json, PREFIX.png (default: LOG_DIR/study)")
+                   help="the report's files PREFIX.md, PREFIX.json, PREFIX.png (default: LOG_DIR/study; with --grid: "
+                        "LOG_DIR/grid)")
     p.add_argument("--reach", nargs="+", type=float, default=[-15.0, 18.0], metavar="SCORE",
                    help="report the env steps until the mean of the last 100 games first reached each score "
                         "(default: -15 18)")
     p.add_argument("--report-only", action="store_true", help="train nothing; report on the runs in --log-dir")
+    grid = p.add_argument_group("--grid: the runs of each configuration over their env's physics grid")
+    grid.add_argument("--grid", action="store_true",
+                      help="train nothing; play every run of --configs over the physics grid and compare them")
+    grid.add_argument("--checkpoint", default=None, help=f"the checkpoint of each run that plays "
+                                                        f"(default: {GRID_DEFAULTS['checkpoint']})")
+    grid.add_argument("--episodes", type=_positive, default=None,
+                      help=f"episodes a cell (default: {GRID_DEFAULTS['episodes']})")
+    grid.add_argument("--solved", type=float, default=None,
+                      help=f"a cell counts as solved from this mean return (default: {GRID_DEFAULTS['solved']:g})")
+    grid.add_argument("--threads", type=_positive, default=None,
+                      help=f"torch threads of each evaluation (default: {GRID_DEFAULTS['threads']})")
+    grid.add_argument("--max-episode-steps", type=_positive, default=None,
+                      help="cap on an episode's steps (quick checks; default: the env's own)")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    configs = [parse_config(c) for c in PRESETS.get(args.preset, [])] + list(args.configs)
+    given = PRESETS.get(args.preset, []) + list(args.configs)
+    if args.grid:
+        if args.report_only:
+            p.error("--grid and --report-only: give one")
+        names = [text.partition("=")[0] for text in given]
+        bad = [name for name in names if not NAME_PATTERN.fullmatch(name)]
+        if bad:
+            p.error(f"--configs: not a configuration name: {bad[0]!r}")
+        return grid_mode(p, args, names)
+    typed = [f"--{key.replace('_', '-')}" for key in GRID_DEFAULTS if getattr(args, key) is not None]
+    if typed:
+        p.error(f"{typed[0]} is for --grid")
+    try:
+        configs = [parse_config(c) for c in given]
+    except argparse.ArgumentTypeError as exc:
+        p.error(f"argument --configs: {exc}")
     names = [name for name, _ in configs]
     if len(set(names)) != len(names):
         p.error(f"--configs: a name is given twice: {' '.join(sorted({n for n in names if names.count(n) > 1}))}")

@@ -164,28 +164,6 @@ def test_a_grid_cell_plays_its_physics():
         envs.close()
 
 
-def test_the_grid_comparison_bench_tables_each_configuration_over_its_seeds(tmp_path):
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name, seed, flags in (("plain", 1, []), ("plain", 2, []), ("dr", 1, ["--randomize-domain"])):
-        train(tmp_path / f"{name}_seed{seed}", "--num-updates", "2", "--seed", str(seed), *flags)
-    out = tmp_path / "cmp"
-    done = subprocess.run([sys.executable, os.path.join(root, "bench", "physics_grid_compare.py"), "--log-dir",
-                           str(tmp_path), "--configs", "plain", "dr", "--episodes", "1", "--max-episode-steps", "10",
-                           "--out", str(out)],
-                          capture_output=True, text=True, cwd=root, timeout=600)
-    assert done.returncode == 0, done.stderr
-    rows = [line for line in (tmp_path / "cmp.md").read_text().splitlines() if line.startswith("| plain") or
-            line.startswith("| dr")]
-    assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
-    results = json.load(open(tmp_path / "cmp.json"))
-    plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
-    assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
-    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
-
-
 # ------------------------------------------------------------------------------------------------ defaults
 def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     from config import Config

@@ -1,4 +1,5 @@
-"""bench/study.py: configurations, update counts, steps-to-reach, the table, the preset, and one tiny study end to end."""
+"""bench/study.py: configurations, update counts, steps-to-reach, the table, the preset, one tiny study end to end,
+and --grid, its runs compared over the physics grid."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +59,11 @@ def test_flags_main_py_refuses_or_the_study_sets_itself_are_refused(flags, messa
     (["--configs", "a=", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
     (["--configs", "a=", "--steps", "0"], "expected a positive whole number of env steps"),
     ([], "give the configurations"),
+    (["--configs", "a=", "--episodes", "3"], "--episodes is for --grid"),
+    (["--grid"], "--grid: give the configurations to compare: --configs NAME ..."),
+    (["--grid", "--configs", "a"], "--grid: no runs of a in --log-dir"),
+    (["--grid", "--configs", "../up"], "--configs: not a configuration name: '../up'"),
+    (["--grid", "--report-only", "--configs", "a"], "--grid and --report-only: give one"),
 ])
 def test_the_command_line_refuses_bad_studies_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
@@ -217,3 +223,26 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     report = (log_dir / "study.md").read_text()
     assert "flags of all runs: `--num-envs 2 --max-episode-frames 40 --log-interval 1 --no-cuda`" in report
     assert "| a | none | 42 | 40 | 19 |" in report and "| b | `--rollout-size 2` | 42 | 40 | 19 |" in report
+
+
+# ------------------------------------------------------------------------------------------------ --grid
+def test_the_grid_mode_tables_each_configuration_over_its_seeds(tmp_path, capsys):
+    import main
+
+    for name, seed, flags in (("plain", 1, []), ("plain", 2, []), ("dr", 1, ["--randomize-domain"])):
+        assert main.main(["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "2", "--no-progress",
+                          "--no-cuda", "--threads", "1", "--seed", str(seed), "--log-dir",
+                          str(tmp_path / f"{name}_seed{seed}"), *flags]) == 0
+    out = tmp_path / "cmp"
+    # A study's own --configs (NAME=FLAGS) name the configurations.
+    assert study.main(["--grid", "--log-dir", str(tmp_path), "--configs", "plain=", "dr=--randomize-domain",
+                       "--episodes", "1", "--max-episode-steps", "10", "--out", str(out)]) == 0
+    assert f"python bench/study.py --grid --log-dir {tmp_path} --configs plain dr" in capsys.readouterr().out
+    rows = [line for line in (tmp_path / "cmp.md").read_text().splitlines() if line.startswith(("| plain", "| dr"))]
+    assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
+    results = json.loads((tmp_path / "cmp.json").read_text())
+    plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
+    assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
+    assert [run["seed"] for run in results["plain"]] == [1, 2]
+    assert all(os.path.exists(os.path.join(run["run_dir"], "a2c_last_physics_grid.png")) for run in results["dr"])
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
