@@ -1,9 +1,10 @@
-"""Training throughput of this project's A2C against stable-baselines3's A2C, in one run.
+"""Training throughput of this project against stable-baselines3's A2C, in one run: an Atari game
+or a vector-observation env, chosen by ``--env-name``.
 
-Every trainer learns the same game with the same number of envs for the same number of env
-steps, on the CPU, with the same torch thread count (torch's default, the number of cores,
-unless ``--threads`` sets it). Each timed run happens in a fresh process of its own, so none
-inherits another's memory, allocator state or warmed caches. The trainers:
+Every trainer learns the same env with the same number of envs for the same number of env steps,
+with the same torch thread count (torch's default, the number of cores, unless ``--threads`` sets
+it). Each timed run happens in a fresh process of its own, so none inherits another's memory,
+allocator state or warmed caches. The trainers, for an Atari game (default ``PongNoFrameskip-v4``):
 
 * ``ours recurrent``: the default configuration of a real run (``Config()``: universe encoder
   + LSTM, channels-last, malloc keeping freed memory) on the env path ``--ours-vec-env``
@@ -13,7 +14,8 @@ inherits another's memory, allocator state or warmed caches. The trainers:
 * with ``--bf16``, each of ours again with its encoder in bfloat16 (``Speed.bf16``), named
   ``... bf16``: a setting that changes the arithmetic, so it is measured beside, not instead;
 * ``sb3``: stable-baselines3's A2C with the RL Zoo's Atari settings (``CnnPolicy``) on SB3's own
-  env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``);
+  env pipeline (``make_atari_env`` + ``VecFrameStack``, vector env class ``--sb3-vec-env``),
+  trained by ``sb3_reference.train``, the one SB3 training loop of bench/;
 * with ``--ablation``, the recurrent default with one optimization removed at a time, to show
   what each bought: ``recurrent, dummy envs`` (SB3's wrappers in this process instead of the
   fast env path), ``recurrent, no channels-last``, ``recurrent, default malloc``,
@@ -27,6 +29,20 @@ inherits another's memory, allocator state or warmed caches. The trainers:
   ``ActorCritic.casting_once``). ``--ours feedforward --bf16 --ablation`` measures only the
   feed-forward ones of these.
 
+For any other env (a flat vector observation: ``--env-name LunarLander-v3``, CartPole-v1, ...):
+
+* ``ours (env defaults)``: what ``python main.py --env-name ENV --num-envs N`` trains (the env's
+  own defaults, e.g. an MLP of 64-64 tanh for the actor and one for the critic), its envs in
+  gymnasium's vector env in this process (``--ours-vec-env subproc``: one process an env);
+* ``sb3``: SB3's A2C with ``MlpPolicy`` and the Zoo's LunarLander settings, its ``DummyVecEnv``.
+
+``--ablation``, ``--bf16``, ``--plain-lstm`` and ``--ours`` are for Atari games.
+
+With ``--env-only``, one more row: ``envs only``, ours' envs (the same env path, env count and env
+steps) stepped with uniformly random actions and no network, the rate the envs alone allow; each
+trainer of ours is then also given as a share of it (training throughput as a share of the
+env-only rate).
+
 Malloc: a real run of ours calls ``perf.keep_freed_memory()`` (``main.pick_device``), so glibc
 keeps freed activations for reuse instead of unmapping them; each run of ours does the same.
 SB3 (and the ``default malloc`` ablations) run with glibc's untouched defaults, as SB3's users
@@ -38,17 +54,18 @@ Only the training loop is timed:
 * ours: ``Runner(...).train()`` after ``envs.make_vec_env`` and ``Runner(...)`` (which resets
   the envs) are built: collection, returns, gradient updates and the checkpoints the runner
   writes on its own (best loss, best reward, last), as in a real run without TensorBoard;
-* SB3: ``model.learn(total_timesteps=...)`` after ``A2C(...)`` is built and its envs are reset.
+* SB3: ``model.learn(total_timesteps=...)`` after ``A2C(...)`` is built and its envs are reset;
+* envs only: the stepping loop, after the envs are built and reset.
 
-Env construction and the first reset are excluded from every trainer. The trainers are run in
-turn, ``--repeats`` rounds (ours recurrent, ours feed-forward, SB3, the ablations, then again),
-after one untimed warm-up round (``--warmup-steps``), and the median of each is reported, so that the drift of a
-shared, noisy machine hits all of them alike. Absolute numbers move from run to run; the ratios
-measured within one run are what to compare. Printed after the table: each of ours over SB3
-(``ratio (ours recurrent / sb3): 1.23x``), whether the targets are met (recurrent >= 1.3x and
-feed-forward >= 2x SB3's env steps/s, the bf16 feed-forward row held to the same 2x), and with
-``--ablation`` the speed-up of the recurrent default over each of its ablation rows and of each
-bfloat16 trainer over its ``a cast a pass`` row.
+The trainers are run in turn, ``--repeats`` rounds (ours recurrent, ours feed-forward, SB3, the
+ablations, then again), after one untimed warm-up round (``--warmup-steps``), and the median of
+each is reported, so that the drift of a shared, noisy machine hits all of them alike. Absolute
+numbers move from run to run; the ratios measured within one run are what to compare. Printed
+after the table: each of ours over SB3 (``ratio (ours recurrent / sb3): 1.23x``), whether the
+Atari targets are met (recurrent >= 1.3x and feed-forward >= 2x SB3's env steps/s, the bf16
+feed-forward row held to the same 2x), with ``--ablation`` the speed-up of the recurrent default
+over each of its ablation rows and of each bfloat16 trainer over its ``a cast a pass`` row, and
+with ``--env-only`` each of ours as a share of the env-only rate.
 
 Memory: the table gives the peak RSS of each trainer's process (the largest over its runs;
 Python, torch and the other libraries every run loads included), and the last lines the
@@ -56,10 +73,13 @@ largest of all and what subproc env workers held, if any.
 
     python bench/throughput.py                          # Pong, 16 envs: ours (recurrent, feed-forward) vs SB3
     python bench/throughput.py --ablation               # and what each optimization of the default bought
+    python bench/throughput.py --env-only               # and the rate of the envs alone, each of ours a share of it
     python bench/throughput.py --ours recurrent --plain-lstm   # and what the layer-normalized LSTM costs
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
+    python bench/throughput.py --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1   # a vector env
+    python bench/throughput.py --env-only --no-sb3 --ours recurrent --ours-vec-env dummy        # another env path
     python bench/throughput.py --cuda --num-envs 64             # on a GPU: networks there, envs on the CPU
 """
 from __future__ import annotations
@@ -80,18 +100,22 @@ for _path in (ROOT, os.path.dirname(os.path.abspath(__file__))):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from agent import agent_from_config  # noqa: E402
-from config import Config, Speed  # noqa: E402
-from envs import VEC_ENV_CHOICES, VEC_ENVS, check_env_id, make_vec_env, wrapper_skips_frames  # noqa: E402
+import sb3_reference  # noqa: E402
+from algorithms import make_agent  # noqa: E402
+from config import Config, Speed, with_settings  # noqa: E402
+from envs import VEC_ENV_CHOICES, VEC_ENVS, action_size, check_env_id, is_atari, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
 from perf import keep_freed_memory  # noqa: E402
 from utils import UsageError, seed_everything  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
 OURS_PLAIN = "ours recurrent, plain LSTM"  # --plain-lstm: torch's LSTMCell, heads on its output only
+OURS_DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it by default
+ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
 OPTIONAL_TARGETS = {OURS_FEEDFORWARD + BF16: ("feed-forward bf16", 2.0)}  # judged only when measured
@@ -127,7 +151,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
-    agent_from_config -> Runner), on the CPU, without TensorBoard or progress bar, into a
+    make_agent -> Runner), on the CPU, without TensorBoard or progress bar, into a
     throw-away log directory. ``keep_freed=False`` leaves malloc as the process found it;
     ``encoder_passes=False`` has the universe encoder take every batch in one pass;
     ``keep_graph=False`` collects without gradients and runs the rollout again in the update;
@@ -147,7 +171,7 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
         envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
                             config.max_episode_frames)
         try:
-            agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n), device)
+            agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n), device)
             if not cast_once:
                 agent.model.casting_once = contextlib.nullcontext  # each pass in an autocast region of its own
             runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
@@ -160,46 +184,77 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
     return state.step, seconds
 
 
+def vector_config(env_name: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
+                  device: str = "cpu") -> Config:
+    """What ``python main.py --env-name ENV --num-envs N --seed S`` trains on a vector env (its own
+    defaults), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
+    import main as train_cli
+
+    config, _, typed = train_cli.parse_args(["--env-name", env_name, "--num-envs", str(num_envs), "--seed", str(seed),
+                                             "--no-tensorboard", "--no-progress", "--log-dir", log_dir,
+                                             "--cuda" if device == "cuda" else "--no-cuda"])
+    config = train_cli.with_env_defaults(config, typed)
+    return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
+
+
+def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "ale", seed: int = 0,
+                      device: str = "cpu") -> tuple[int, float]:
+    """Train this project on a vector-observation env with the env's own defaults (``vector_config``),
+    its envs stepped as ``vec_env`` says (``subproc``/``async``: one process an env; otherwise in this
+    process), into a throw-away log directory. Returns (env steps trained, seconds of ``train()``)."""
+    keep_freed_memory()  # as main.py does
+    with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
+        config = vector_config(env_name, num_envs, seed, steps, log_dir, device)
+        seed_everything(config.seed)
+        envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env)
+        try:
+            size, continuous = action_size(envs.action_space)
+            agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
+            runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
+            tic = time.perf_counter()
+            state = runner.train()
+            seconds = time.perf_counter() - tic
+            note_worker_memory(envs)
+        finally:
+            envs.close()
+    return state.step, seconds
+
+
 def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
               device: str = "cpu") -> tuple[int, float]:
-    """Train stable-baselines3's A2C with the RL Zoo's Atari settings for ``steps`` env steps.
+    """Train stable-baselines3's A2C with the RL Zoo's settings for ``steps`` env steps (``sb3_reference.train``:
+    ``CnnPolicy`` for an Atari game, ``MlpPolicy`` otherwise) on SB3's own env pipeline with the vector
+    env class ``vec_env`` (a key of ``envs.VEC_ENVS``); malloc is left as the process found it, as SB3's
+    users run it. Returns (env steps trained, seconds of ``model.learn``)."""
+    run = sb3_reference.train(env_name, num_envs, steps, seed, vec_env=vec_env, device=device,
+                              on_envs=note_worker_memory)
+    return run.steps, run.seconds
 
-    Settings from rl-baselines3-zoo ``hyperparams/a2c.yml``, entry ``atari``::
 
-        env_wrapper: AtariWrapper, frame_stack: 4, policy: 'CnnPolicy', n_envs: 16,
-        ent_coef: 0.01, vf_coef: 0.25,
-        policy_kwargs: "dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5))"
-
-    and SB3's defaults for the rest (learning_rate 7e-4, n_steps 5, gamma 0.99, gae_lambda 1.0,
-    max_grad_norm 0.5). The envs are SB3's own pipeline with the vector env class ``vec_env``
-    (a key of ``envs.VEC_ENVS``), and malloc is left as the process found it, as SB3's users run it.
-    """
-    from stable_baselines3 import A2C
-    from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.logger import Logger
-    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
-    from stable_baselines3.common.vec_env import VecFrameStack
-
-    seed_everything(seed)
-    env = VecFrameStack(make_atari_env(env_name, n_envs=num_envs, seed=seed, env_kwargs=wrapper_skips_frames(env_name),
-                                       vec_env_cls=VEC_ENVS[vec_env]), n_stack=4)
+def step_randomly(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
+                  device: str = "cpu") -> tuple[int, float]:
+    """Step ``num_envs`` envs of ``envs.make_vec_env`` (the env path ``vec_env``) with uniformly random
+    actions, drawn beforehand, for ``steps`` env steps (rounded up to whole vector steps), no network:
+    the rate the envs alone allow. Returns (env steps, seconds of the stepping loop). ``device`` is
+    accepted for a trainer's signature; nothing runs there."""
+    envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env)
     try:
-        model = A2C("CnnPolicy", env, learning_rate=7e-4, n_steps=5, ent_coef=0.01, vf_coef=0.25,
-                    policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
-                    seed=seed, device=device, verbose=0)
-        # A logger that writes nothing: SB3's own, with no log folder given, makes one in /tmp on every run.
-        model.set_logger(Logger(folder=None, output_formats=[]))
-        # Reset outside the timed part, as ours does in Runner(); learn() then keeps this first observation.
-        model._last_obs = model.env.reset()
-        model._last_episode_starts = np.ones((model.env.num_envs,), dtype=bool)
+        rng = np.random.default_rng(seed)
+        vector_steps = -(-steps // num_envs)
+        space = envs.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            actions = rng.integers(0, int(space.n), size=(vector_steps, num_envs))
+        else:
+            actions = rng.uniform(space.low, space.high, size=(vector_steps, num_envs, *space.shape)).astype(space.dtype)
+        envs.reset()
         tic = time.perf_counter()
-        model.learn(total_timesteps=steps, reset_num_timesteps=False)
+        for action in actions:
+            envs.step(action)
         seconds = time.perf_counter() - tic
-        trained = model.num_timesteps
-        note_worker_memory(env)
+        note_worker_memory(envs)
     finally:
-        env.close()
-    return trained, seconds
+        envs.close()
+    return vector_steps * num_envs, seconds
 
 
 def default_setup(vec_env: str) -> dict[str, Any]:
@@ -324,10 +379,14 @@ def print_table(results: dict[str, Trials]) -> None:
 
 
 def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
-    """Ratios of ours to SB3 and the targets they meet (when SB3 was measured), then the speed-up of
-    the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks bought)."""
+    """Ratios of ours to SB3 and the Atari targets they meet (when SB3 was measured), then the speed-up
+    of the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks
+    bought), then each of ours as a share of the env-only rate (when ``ENV_ONLY`` was measured)."""
     lines = []
-    if SB3 in results:
+    if SB3 in results and OURS_DEFAULTS in results:
+        lines.append(f"ratio ({OURS_DEFAULTS} / {SB3}): "
+                     f"{results[OURS_DEFAULTS].median_rate / results[SB3].median_rate:.2f}x")
+    if SB3 in results and any(name in results for name in {**TARGETS, **OPTIONAL_TARGETS}):
         verdicts = []
         for name, (label, target) in {**TARGETS, **OPTIONAL_TARGETS}.items():
             if name in results:
@@ -353,6 +412,11 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             if trainer != name and trainer in results and name in results:
                 lines.append(f"what {what} bought: {trainer} over {name}: "
                              f"{results[trainer].median_rate / results[name].median_rate:.2f}x")
+    if ENV_ONLY in results:
+        envs_rate = results[ENV_ONLY].median_rate
+        shares = [f"{name} {results[name].median_rate / envs_rate:.0%}" for name in results
+                  if name.startswith("ours") and name not in ablations]
+        lines.append(f"training as a share of the env-only rate ({envs_rate:,.0f} env steps/s): " + ", ".join(shares))
     return lines
 
 
@@ -425,32 +489,42 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Defaults in the help, and the module docstring as written."""
 
 
+ATARI_STEPS, VECTOR_STEPS = 4000, 50_000  # the default --steps of an Atari game and of a vector env
+ATARI_ONLY = ("ablation", "bf16", "plain_lstm")  # with --ours: what a vector env, trained on its defaults, has not
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--steps", type=positive_int, default=4000,
-                   help="env steps each timed run trains (rounded down to whole updates of num_envs x 5 steps)")
-    p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help=f"env steps each timed run trains, rounded down to whole updates (num_envs x rollout size) "
+                        f"(default: {ATARI_STEPS} for an Atari game, {VECTOR_STEPS} for a vector env)")
+    p.add_argument("--env-name", default="PongNoFrameskip-v4",
+                   help="gymnasium id: an Atari game, or an env with a flat vector observation (LunarLander-v3)")
     p.add_argument("--num-envs", type=positive_int, default=16, help="envs stepped in parallel (every trainer)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="rounds of alternating runs; the median of each trainer is reported")
     p.add_argument("--warmup-steps", type=non_negative_int, default=160,
                    help="env steps of one untimed run of each trainer before the timed rounds (0: none)")
     p.add_argument("--ours", choices=["both", "recurrent", "feedforward"], default="both",
-                   help="which configuration(s) of ours to measure")
+                   help="which configuration(s) of ours to measure (Atari)")
     p.add_argument("--no-recurrent", dest="ours", action="store_const", const="feedforward",
                    default=argparse.SUPPRESS, help="shorthand for --ours feedforward")
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
+    p.add_argument("--env-only", action="store_true",
+                   help="also step ours' envs with random actions and no network, and give each of ours as a share "
+                        "of that rate")
     p.add_argument("--plain-lstm", action="store_true",
                    help="also the recurrent agent with torch's plain LSTMCell and no skip connection (what the "
-                        "layer-normalized cell costs)")
+                        "layer-normalized cell costs; Atari)")
     p.add_argument("--bf16", action="store_true",
-                   help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic)")
+                   help="also measure each of ours with its encoder in bfloat16 (changes the arithmetic; Atari)")
     p.add_argument("--ablation", action="store_true",
                    help="also measure the recurrent default without each optimization (dummy envs, no "
                         "channels-last, default malloc, rollout run again) and without all of "
-                        "them; with --bf16, each bfloat16 trainer casting its weights at every pass")
+                        "them; with --bf16, each bfloat16 trainer casting its weights at every pass (Atari)")
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default="ale",
-                   help="env path of ours (ale: ale-py's C++ vector env; dummy/subproc: SB3's wrappers)")
+                   help="env path of ours (Atari: ale, ale-py's C++ vector env; dummy/subproc: SB3's wrappers; a "
+                        "vector env: subproc steps one process an env, the others all in this process)")
     p.add_argument("--sb3-vec-env", choices=sorted(VEC_ENVS), default="dummy",
                    help="vector env class of SB3's own env pipeline")
     p.add_argument("--cuda", action="store_true",
@@ -462,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """Parse, refuse an unknown game with the parser's own error, and set torch's thread count."""
+    """Parse, refuse an unknown env with the parser's own error, and set torch's thread count."""
     args = parser.parse_args(argv)
     try:
         check_env_id(args.env_name)
@@ -473,8 +547,13 @@ def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) ->
     return args
 
 
-def env_path(vec_env: str) -> str:
-    """How a trainer's envs are stepped, for the header."""
+def env_path(vec_env: str, atari: bool = True, sb3: bool = False) -> str:
+    """How a trainer's envs are stepped (``sb3``: SB3's own pipeline), for the header."""
+    if not atari:
+        if sb3:
+            return f"{vec_env} (SB3 {VEC_ENVS[vec_env].__name__})"
+        return "async (gymnasium AsyncVectorEnv)" if vec_env in ("subproc", "async") else \
+            "sync (gymnasium SyncVectorEnv)"
     if vec_env == "ale":
         import ale_py
 
@@ -487,28 +566,41 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_bench_args(parser, argv)
     if args.cuda and not torch.cuda.is_available():
         parser.error("--cuda: CUDA is not available on this machine")
+    atari = is_atari(args.env_name)
+    if not atari:
+        typed = [f"--{name.replace('_', '-')}" for name in ATARI_ONLY if getattr(args, name)]
+        typed += ["--ours"] if args.ours != "both" else []
+        if typed:
+            parser.error(f"{', '.join(typed)}: for Atari games; {args.env_name} trains with its own defaults")
     device = "cuda" if args.cuda else "cpu"
-    per_update = steps_per_update(args.num_envs)
-    steps = max(per_update, args.steps // per_update * per_update)  # the same count for every trainer
+    rollout_size = Config.rollout_size if atari else vector_config(args.env_name, args.num_envs).rollout_size
+    per_update = steps_per_update(args.num_envs, rollout_size)
+    wanted = args.steps or (ATARI_STEPS if atari else VECTOR_STEPS)
+    steps = max(per_update, wanted // per_update * per_update)  # the same count for every trainer
     warmup = args.warmup_steps and max(per_update, args.warmup_steps // per_update * per_update)
+    common = dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device)
 
     def ours(setup: dict[str, Any]) -> Trainer:
-        return train_ours, dict(env_name=args.env_name, num_envs=args.num_envs, seed=args.seed, device=device, **setup)
+        return train_ours, {**common, **setup}
 
-    setups = ours_setups(args.ours, args.ours_vec_env, args.bf16)
+    setups = ours_setups(args.ours, args.ours_vec_env, args.bf16) if atari else {}
     trainers = {name: ours(setup) for name, setup in setups.items()}
+    if not atari:
+        trainers[OURS_DEFAULTS] = train_ours_vector, {**common, "vec_env": args.ours_vec_env}
     if args.plain_lstm:
         trainers[OURS_PLAIN] = ours({**default_setup(args.ours_vec_env), "lstm_norm": False, "core_skip": False})
     if not args.no_sb3:
-        trainers[SB3] = train_sb3, dict(env_name=args.env_name, num_envs=args.num_envs, vec_env=args.sb3_vec_env,
-                                        seed=args.seed, device=device)
+        trainers[SB3] = train_sb3, {**common, "vec_env": args.sb3_vec_env}
     ablations: dict[str, dict[str, Any]] = {}
     if args.ablation:
         ablations.update(ablation_setups(args.ours_vec_env) if OURS_RECURRENT in setups else {})
         ablations.update(trainer_ablation_setups(setups))
     trainers.update((name, ours(setup)) for name, setup in ablations.items())
+    if args.env_only:
+        trainers[ENV_ONLY] = step_randomly, {**common, "vec_env": args.ours_vec_env}
 
-    envs_used = f"ours {env_path(args.ours_vec_env)}" + ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env)}")
+    envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
+        ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")
     print(f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; "
           f"envs: {envs_used}; torch {torch.__version__} with {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs" + (f", {torch.cuda.get_device_name()}" if args.cuda else ""), flush=True)

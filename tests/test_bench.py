@@ -1,4 +1,5 @@
-"""bench/throughput.py: its trainers, its summary lines, its command line, and one tiny run end to end."""
+"""bench/throughput.py (Atari and vector envs, the env-only row) and bench/sb3_reference.py (the one SB3
+training loop): their trainers, summary lines and command lines, and tiny runs end to end."""
 from __future__ import annotations
 
 import tempfile
@@ -92,9 +93,25 @@ def test_summary_says_what_the_layer_normalized_lstm_costs():
     ]
 
 
+def test_summary_gives_a_vector_env_s_ratio_and_each_of_ours_as_a_share_of_the_env_only_rate():
+    results = {t.name: t for t in (trials(bench.OURS_DEFAULTS, 300), trials(SB3, 100), trials(bench.ENV_ONLY, 1200))}
+    assert bench.summary_lines(results, []) == [  # no Atari trainer: no Atari targets
+        "ratio (ours (env defaults) / sb3): 3.00x",
+        "training as a share of the env-only rate (1,200 env steps/s): ours (env defaults) 25%"]
+    cast = OURS_RECURRENT + " bf16, a cast a pass"
+    atari = {t.name: t for t in (trials(OURS_RECURRENT, 300), trials(OURS_RECURRENT + " bf16", 400), trials(cast, 350),
+                                 trials(bench.ENV_ONLY, 1000))}
+    assert bench.summary_lines(atari, [cast])[-1] == (  # an ablation row is no trainer of ours to share out
+        "training as a share of the env-only rate (1,000 env steps/s): ours recurrent 30%, ours recurrent bf16 40%")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--vec-env", "dummy"], "unrecognized arguments: --vec-env dummy"),  # it is --ours-vec-env
     (["--sb3-vec-env", "ale"], "argument --sb3-vec-env: invalid choice: 'ale'"),  # SB3 has no ale path
+    (["--env-name", "CartPole-v1", "--ablation", "--bf16"],
+     "--ablation, --bf16: for Atari games; CartPole-v1 trains with its own defaults"),
+    (["--env-name", "CartPole-v1", "--no-recurrent"], "--ours: for Atari games"),
+    (["--env-name", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
 ])
 def test_refuses_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -131,6 +148,41 @@ def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, mo
     steps, seconds = bench.train_sb3(10, "PongNoFrameskip-v4", 2, "dummy")
     assert steps == 10 and seconds > 0  # 2 envs x 5 steps: one update
     assert not list(tmp_path.glob("SB3-*"))
+
+
+def test_a_tiny_vector_env_run_times_ours_sb3_and_the_envs_alone(capsys):
+    assert bench.main(["--env-name", "CartPole-v1", "--num-envs", "4", "--steps", "200", "--repeats", "1",
+                       "--warmup-steps", "0", "--env-only", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "envs: ours sync (gymnasium SyncVectorEnv), sb3 dummy (SB3 DummyVecEnv)" in out
+    for name in (bench.OURS_DEFAULTS, SB3, bench.ENV_ONLY):
+        row = next(line for line in out.splitlines() if line.startswith(name + " "))
+        assert row[len(name):].split()[0] == "200", row  # 10 updates of 4 envs x 5 steps each, or 50 vector steps
+    assert "ratio (ours (env defaults) / sb3): " in out and "targets:" not in out
+    assert "training as a share of the env-only rate (" in out
+
+
+@pytest.mark.parametrize("env_name, vec_env", [("Pendulum-v1", "sync"), ("PongNoFrameskip-v4", "ale")])
+def test_the_envs_alone_take_random_actions_of_their_space_for_whole_vector_steps(env_name, vec_env):
+    steps, seconds = bench.step_randomly(9, env_name, 2, vec_env)  # Box actions, then Discrete ones
+    assert steps == 10 and seconds > 0  # 9 env steps of 2 envs: rounded up to 5 vector steps
+
+
+def test_sb3_reference_trains_with_the_zoos_settings_and_reports_the_mean_of_the_last_100_episodes(capsys):
+    from bench import sb3_reference
+
+    atari = sb3_reference.zoo_settings("PongNoFrameskip-v4")
+    assert (atari["policy"], atari["learning_rate"], atari["n_steps"], atari["ent_coef"], atari["vf_coef"]) == \
+        ("CnnPolicy", 7e-4, 5, 0.01, 0.25)
+    vector = sb3_reference.zoo_settings("CartPole-v1")
+    assert (vector["policy"], vector["n_steps"], vector["gamma"], vector["ent_coef"]) == ("MlpPolicy", 5, 0.995, 1e-5)
+    assert vector["learning_rate"](1.0) == pytest.approx(8.3e-4) and vector["learning_rate"](0.0) == 0.0  # decayed
+    run = sb3_reference.train("CartPole-v1", 4, 200, seed=1)
+    assert run.steps == 200 and run.seconds > 0
+    assert 8 <= run.mean100 <= 200  # random play's CartPole games (a few tens of steps each) ended and were counted
+    assert sb3_reference.main(["--env-name", "CartPole-v1", "--num-envs", "4", "--steps", "200", "--seeds", "1"]) == 0
+    assert (f"SB3 A2C, CartPole-v1, seed 1: mean return of the last 100 episodes after 200 env steps: "
+            f"{run.mean100:.2f}") in capsys.readouterr().out  # the same seed learns the same
 
 
 @pytest.mark.skipif(bench.torch.cuda.is_available(), reason="this machine has CUDA")

@@ -195,19 +195,3 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     assert (cartpole.recurrent, cartpole.num_envs, cartpole.entropy_coeff, cartpole.gamma) == (True, 8, 0.0, 0.99)
     config, _, typed = main.parse_args(["--env-name", "PongNoFrameskip-v4"])
     assert main.with_env_defaults(config, typed) == Config()
-
-
-def test_the_control_throughput_bench_times_both_trainers_and_prints_their_ratio(capsys):
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("control_throughput", os.path.join(root, "bench",
-                                                                                     "control_throughput.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    steps, seconds = bench.train_ours("CartPole-v1", 4, 400)
-    assert steps == 400 and seconds > 0  # 20 updates of 4 envs x 5 steps
-    assert bench.main(["--env-name", "CartPole-v1", "--num-envs", "4", "--steps", "200", "--repeats", "1"]) == 0
-    out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("ours ", "SB3 "))}
-    assert set(rows) == {"ours", "SB3"} and "ours / SB3: " in out
