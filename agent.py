@@ -15,7 +15,7 @@ from model import ActorCritic, State
 from storage import Batch, RolloutStorage, compute_returns
 from checkpoints import load_checkpoint
 from devices import channels_last_for
-from utils import UsageError, read_back
+from utils import UsageError, explained_variance, read_back
 
 # (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -257,9 +257,25 @@ class A2CAgent:
         terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
         return terms
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One gradient step on a rollout: :meth:`loss`, then :meth:`step`."""
-        return self.step(self.loss(batch))
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Optional[ICM] = None) -> "A2CAgent":
+        """The agent that ``config`` describes around ``model`` (and a curiosity module)."""
+        curiosity = config.curiosity
+        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
+                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, value_coeff=config.value_coeff,
+                   gae_lambda=config.gae_lambda, intrinsic=intrinsic, normalize_advantages=config.normalize_advantages,
+                   icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
+                   normalize_intrinsic=curiosity.normalize)
+
+    def update(self, batch: Batch, index: int = 0,
+               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
+        """The update every algorithm implements: learn from one collected batch (update ``index`` of
+        the run, counted from 0). ``on_loss`` sees the batch's total loss before the weights change
+        (the best-loss checkpoint). Returns the statistics to log, ``skipped`` among them.
+
+        A2C's: one gradient step, :meth:`loss` then :meth:`step`."""
+        before_step = None if on_loss is None else (lambda stats: on_loss(stats["total"]))
+        return self.step(self.loss(batch), extra=rollout_stats(batch), before_step=before_step)
 
     def step(self, terms: dict[str, torch.Tensor], extra: Optional[dict[str, torch.Tensor]] = None,
              before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
@@ -326,10 +342,22 @@ class A2CAgent:
         if "optimizer" in checkpoint and checkpoint.get("optimizer_name") == self.optimizer_name:
             self.optimizer.load_state_dict(checkpoint["optimizer"])
 
-def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: int,
-                      device: torch.device | str = "cpu", continuous: bool = False) -> A2CAgent:
-    """A fresh agent with the network and optimizer that ``config`` describes; ``continuous``:
-    ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
+def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
+    """What a practitioner checks of the critic each update, as 0-d tensors still on the device:
+    explained variance of the returns by the values (1: perfect, 0: no better than their mean,
+    below 0: worse), and the means of value predictions, value targets (returns) and advantages,
+    with the advantages' spread."""
+    return {"explained_variance": explained_variance(batch.values, batch.returns),
+            "rollout/value_mean": batch.values.mean(),
+            "rollout/return_mean": batch.returns.mean(),
+            "rollout/advantage_mean": batch.advantages.mean(),
+            "rollout/advantage_std": batch.advantages.std()}
+
+
+def build_networks(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
+                   continuous: bool = False) -> tuple[ActorCritic, Optional[ICM]]:
+    """The policy network that ``config`` describes, and its curiosity module with ``--icm``;
+    ``continuous``: ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     speed, curiosity = config.speed, config.curiosity
     channels_last = channels_last_for(speed.channels_last, torch.device(device), speed.bf16)
     model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
@@ -344,25 +372,7 @@ def agent_from_config(config: Config, obs_shape: tuple[int, ...], num_actions: i
     intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
                     channels_last=channels_last, encoder_chunk=speed.encoder_chunk,
                     forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
-    common = dict(lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                  max_grad_norm=config.max_grad_norm, gamma=config.gamma)
-    if config.algo == "grpo":
-        from grpo import GRPOAgent  # grpo.py builds on this module
-
-        group = config.group
-        return GRPOAgent(model, group_size=group.size, clip_eps=group.clip_eps, update_epochs=group.update_epochs,
-                         minibatches=group.minibatches, kl_coeff=group.kl_coeff, ref_interval=group.ref_interval,
-                         scale_by_std=group.scale_by_std, **common)
-    if config.algo == "ppo":
-        from ppo import PPOAgent  # ppo.py builds on this module
-
-        return PPOAgent(model, epochs=config.ppo.epochs, minibatches=config.ppo.minibatches,
-                        clip_eps=config.ppo.clip_eps, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda,
-                        normalize_advantages=config.normalize_advantages, **common)
-    return A2CAgent(model, value_coeff=config.value_coeff, gae_lambda=config.gae_lambda, intrinsic=intrinsic,
-                    normalize_advantages=config.normalize_advantages,
-                    icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
-                    normalize_intrinsic=curiosity.normalize, **common)
+    return model, intrinsic
 
 
 def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False,
@@ -377,13 +387,3 @@ def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False
         raise UsageError(f"checkpoint {path} does not match its own architecture description") from None
     return model.to(device)
 
-
-def load_agent(path: str, device: torch.device | str = "cpu") -> A2CAgent:
-    """An agent rebuilt from any checkpoint: its settings, weights, and optimizer state when saved (a2c_last)."""
-    data = load_checkpoint(path)
-    config = Config.from_dict(data["config"])
-    spec = data["model_spec"]
-    agent = agent_from_config(config, tuple(spec["obs_shape"]), spec["num_actions"], device,
-                              continuous=spec.get("continuous", False))
-    agent.load(data, path)
-    return agent

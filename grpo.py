@@ -32,17 +32,20 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from agent import A2CAgent
-from config import SEED_LIMIT
+from config import SEED_LIMIT, Config
+from envs import is_atari
 from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
 from runner import Runner
+from utils import UsageError
 
 # Groups' reset seeds start this far past the run's seed, above the evaluation envs' seeds
 # (config.EVAL_SEED_OFFSET past it), and climb from there: they meet those again only after
@@ -145,7 +148,7 @@ class GRPOAgent(A2CAgent):
     """An agent without a critic, trained on whole groups of episodes (see the module's doc).
 
     Acting, the optimizer, gradient clipping and checkpoints are :class:`agent.A2CAgent`'s; the
-    update is :meth:`learn`. With ``kl_coeff > 0`` a frozen copy of the policy is the KL
+    update is :meth:`update`. With ``kl_coeff > 0`` a frozen copy of the policy is the KL
     penalty's reference, refreshed every ``ref_interval`` updates and saved in full checkpoints.
     """
 
@@ -197,14 +200,28 @@ class GRPOAgent(A2CAgent):
         logits, _, _ = self.reference.forward_sequence(batch.obs, state, batch.episode_starts)
         return self.reference.distribution(logits).log_prob(batch.actions)
 
-    def learn(self, batch: GroupBatch, update: int, ref_log_probs: Optional[torch.Tensor] = None,
-              generator: Optional[torch.Generator] = None) -> dict[str, float]:
-        """Update ``update`` (counted from 0): ``update_epochs`` passes over the round's members in
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "GRPOAgent":
+        group = config.group
+        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
+                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, group_size=group.size,
+                   clip_eps=group.clip_eps, update_epochs=group.update_epochs, minibatches=group.minibatches,
+                   kl_coeff=group.kl_coeff, ref_interval=group.ref_interval, scale_by_std=group.scale_by_std,
+                   intrinsic=intrinsic)
+
+    def update(self, batch: GroupBatch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
+               generator: Optional[torch.Generator] = None) -> dict[str, float]:
+        """Update ``index`` (counted from 0): ``update_epochs`` passes over the round's members in
         ``minibatches`` shuffled minibatches, one clipped gradient step each; then the KL reference
-        is refreshed if ``ref_interval`` updates have passed. ``ref_log_probs``: the round's
-        :meth:`reference_log_probs`, when the caller has them already. Returns the mean of each
-        term over the steps taken, and ``grpo/*`` statistics of the round. Without an informative
-        group no step is taken."""
+        is refreshed if ``ref_interval`` updates have passed. ``on_loss`` first sees the round's
+        loss before any step. Returns the mean of each term over the steps taken, and ``grpo/*``
+        statistics of the round. Without an informative group no step is taken."""
+        ref_log_probs = None
+        if bool(batch.informative.any()):
+            ref_log_probs = self.reference_log_probs(batch)  # computed once, for both
+            if on_loss is not None:
+                with torch.no_grad():
+                    on_loss(float(self.loss(batch, ref_log_probs=ref_log_probs)["total"]))
         stats: dict[str, float] = {"skipped": 0.0}
         groups = batch.informative.numel()
         grouped = batch.returns.view(groups, -1)
@@ -213,10 +230,8 @@ class GRPOAgent(A2CAgent):
         stats["grpo/skipped_groups"] = float((~batch.informative).float().mean())
         stats["grpo/episode_length"] = float(batch.mask.sum(0).mean())
         if not bool(batch.informative.any()):
-            self._refresh_reference(update)
+            self._refresh_reference(index)
             return stats
-        if ref_log_probs is None:
-            ref_log_probs = self.reference_log_probs(batch)
         # Only members that train are split into minibatches (the others weigh 0 in every loss).
         members = torch.nonzero(batch.informative.repeat_interleave(self.group_size)).squeeze(1).to(self.device)
         chunks = min(self.minibatches, len(members))
@@ -233,11 +248,11 @@ class GRPOAgent(A2CAgent):
                 for name, value in result.items():
                     sums[name] = sums.get(name, 0.0) + value
         stats.update({name: value / max(steps, 1) for name, value in sums.items() if name != "skipped"})
-        self._refresh_reference(update)
+        self._refresh_reference(index)
         return stats
 
-    def _refresh_reference(self, update: int) -> None:
-        if self.reference is not None and (update + 1) % self.ref_interval == 0:
+    def _refresh_reference(self, index: int) -> None:
+        if self.reference is not None and (index + 1) % self.ref_interval == 0:
             self.reference.load_state_dict(self.model.state_dict())
 
     def state(self, full: bool = True) -> dict[str, Any]:
@@ -270,10 +285,9 @@ class GroupRunner(Runner):
 
     HISTOGRAMS = ("advantages", "returns")
 
-    def __init__(self, agent: GRPOAgent, envs: Any, config: Any, run_dir: str, *, horizon: int,
-                 **kwargs: Any) -> None:
-        super().__init__(agent, envs, config, run_dir, **kwargs)
-        self.horizon = horizon
+    def __init__(self, agent: GRPOAgent, envs: Any, config: Any, run_dir: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(agent, envs, config, run_dir, *args, **kwargs)
+        self.horizon = horizon(config)
         self.groups = config.num_envs // config.group.size
 
     def collect(self) -> GroupBatch:  # type: ignore[override]
@@ -314,15 +328,38 @@ class GroupRunner(Runner):
         return agent.make_group_batch(stacked["obs"], stacked["starts"], stacked["actions"], stacked["log_probs"],
                                       stacked["rewards"], stacked["mask"])
 
-    def learn(self, batch: GroupBatch) -> dict[str, float]:  # type: ignore[override]
-        """The agent's GRPO update; the round's loss before it is what ``a2c_best_loss`` judges."""
-        ref_log_probs = None
-        if bool(batch.informative.any()):
-            ref_log_probs = self.agent.reference_log_probs(batch)  # computed once, for both
-            with torch.no_grad():
-                total = float(self.agent.loss(batch, ref_log_probs=ref_log_probs)["total"])
-            self.checkpoints.loss_computed(self.state, total)
-        return self.agent.learn(batch, self.state.update, ref_log_probs)
-
     def env_steps(self, batch: GroupBatch) -> int:  # type: ignore[override]
         return batch.env_steps
+
+
+# Settings of --algo grpo only: typed for another algorithm they are refused rather than ignored.
+SETTINGS = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
+                                              "minibatches", "kl_coeff", "ref_interval"))
+
+
+def check(config: Config) -> None:
+    """Refuse, in one line, the settings that --algo grpo cannot train with."""
+    if is_atari(config.env_name):
+        raise UsageError(f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on "
+                         f"{config.env_name}")
+    for enabled, flag in ((config.curiosity.enabled, "--icm"), (config.critic, "--critic"),
+                          (config.normalize_reward, "--normalize-reward")):
+        if enabled:
+            raise UsageError(f"--algo grpo trains without a critic and with group-relative returns; {flag} is for "
+                             f"--algo a2c")
+    size = config.group.size
+    if size < 2:
+        raise UsageError(f"--group-size must be at least 2 (a member's baseline is the rest of its group), got {size}")
+    if config.num_envs % size:
+        raise UsageError(f"--group-size {size} must divide --num-envs {config.num_envs} (each env in one group)")
+    horizon(config)
+
+
+def horizon(config: Config) -> int:
+    """Steps a GRPO member plays at most in a round: ``--horizon``, or the env's own time limit."""
+    if config.group.horizon:
+        return config.group.horizon
+    limit = config.max_episode_frames or gym.spec(config.env_name).max_episode_steps
+    if not limit:
+        raise UsageError(f"{config.env_name} has no time limit: give --algo grpo a --horizon")
+    return int(limit)

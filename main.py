@@ -14,20 +14,16 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from config import (ALGOS, ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, env_seed, field_doc,
+from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, env_seed, field_doc,
                     get_setting, setting_names, with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
-# the number of envs (the recurrent state's shape), the seed and the optimizer (its saved state).
+# the number of envs (the recurrent state's shape), the seed, the optimizer (its saved state) and
+# the algorithm (with the settings of its own that it fixes: algorithms.Algorithm.fixed).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
 RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
                 "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
-                "curiosity.enabled", "curiosity.normalize", "algo", "group.size"}
-# Settings of --algo grpo only: typed for A2C they are refused rather than silently ignored.
-GRPO_ONLY = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
-                                               "minibatches", "kl_coeff", "ref_interval"))
-# Settings of --algo ppo only, refused for the other algorithms in the same way.
-PPO_ONLY = ("ppo.epochs", "ppo.minibatches", "ppo.clip_eps")
+                "curiosity.enabled", "curiosity.normalize", "algo"}
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
@@ -82,7 +78,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--feature-norm", "feature_norm")
     switch("--core-skip", "core_skip")
     switch("--lstm-norm", "lstm_norm")
-    flag("--algo", field="algo", choices=list(ALGOS))
+    flag("--algo", field="algo", metavar="NAME")
     flag("--group-size", field="group.size", type=positive_int, metavar="G")
     flag("--horizon", field="group.horizon", type=_checked(int, "an integer >= 0", allow_zero=True), metavar="T")
     switch("--group-std", "group.scale_by_std")
@@ -345,11 +341,11 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 
     import distributed
 
-    from agent import agent_from_config
+    from algorithms import algorithm, make_agent
     from envs import action_size, check_env, is_atari, make_vec_env
     from evaluate import PeriodicEvaluator
     from checkpoints import TrainingState, catch_up_bests, restore
-    from runner import Runner, save_settings
+    from runner import save_settings
     from normalize import load as load_normalizer, normalized
     from perf import has_fast_bf16
     from randomize import check_randomizable
@@ -357,7 +353,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     from utils import UsageError, probe_writable, seed_everything
 
     context = distributed.context_from_environment()
-    if context.world_size > 1 and config.algo != "a2c":
+    algo = algorithm(config.algo)
+    if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
@@ -373,10 +370,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
             flag = "--sde" if config.sde else "--log-std-init"
             raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
-        if config.algo == "grpo":
-            check_grpo(config)
-        if config.algo == "ppo":
-            check_ppo(config)
+        algo.check(config)
         if not is_atari(config.env_name):
             if config.curiosity.enabled:
                 raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
@@ -406,7 +400,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     evaluator = None
     try:
         obs_shape, (num_actions, continuous) = envs.observation_space.shape, action_size(envs.action_space)
-        agent = agent_from_config(config, obs_shape, num_actions, device, continuous=continuous)
+        agent = make_agent(config, obs_shape, num_actions, device, continuous=continuous)
         state = TrainingState()
         if checkpoint is not None:
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
@@ -443,17 +437,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, max_episode_frames=config.max_episode_frames,
                                           vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
-        if config.algo == "grpo":
-            from grpo import GroupRunner
-
-            runner = GroupRunner(agent, envs, config, run_dir, state=state, writer=writer, evaluator=evaluator,
-                                 horizon=grpo_horizon(config))
-        elif config.algo == "ppo":
-            from ppo import PPORunner
-
-            runner = PPORunner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
-        else:
-            runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
+        runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         final = runner.train()
         if writer is not None:
             writer.close()
@@ -503,60 +487,9 @@ def reproducible_line(device: Any, config: Config, world_size: int = 1) -> str:
 
 def check_algo_flags(config: Config, typed: set[str]) -> None:
     """The flags of one algorithm (GRPO's, PPO's) typed for a run of another are refused, not ignored."""
-    from utils import UsageError
+    from algorithms import check_algorithm_settings
 
-    for algo, names in (("grpo", GRPO_ONLY), ("ppo", PPO_ONLY)):
-        others = [name for name in names if name in typed]
-        if others and config.algo != algo:
-            raise UsageError(f"{_flag(others[0])} is for --algo {algo}")
-
-
-def check_ppo(config: Config) -> None:
-    """Refuse, in one line, the settings that --algo ppo cannot train with."""
-    from envs import is_atari
-    from utils import UsageError
-
-    if is_atari(config.env_name):
-        raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
-                         f"not on {config.env_name}")
-    if config.recurrent and config.ppo.minibatches > config.num_envs:
-        raise UsageError(f"--ppo-minibatches {config.ppo.minibatches} is more than --num-envs {config.num_envs}: with "
-                         f"--recurrent a minibatch holds whole envs")
-
-
-def check_grpo(config: Config) -> None:
-    """Refuse, in one line, the settings that --algo grpo cannot train with."""
-    from envs import is_atari
-    from utils import UsageError
-
-    if is_atari(config.env_name):
-        raise UsageError(f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on "
-                         f"{config.env_name}")
-    for enabled, flag in ((config.curiosity.enabled, "--icm"), (config.critic, "--critic"),
-                          (config.normalize_reward, "--normalize-reward")):
-        if enabled:
-            raise UsageError(f"--algo grpo trains without a critic and with group-relative returns; {flag} is for "
-                             f"--algo a2c")
-    size = config.group.size
-    if size < 2:
-        raise UsageError(f"--group-size must be at least 2 (a member's baseline is the rest of its group), got {size}")
-    if config.num_envs % size:
-        raise UsageError(f"--group-size {size} must divide --num-envs {config.num_envs} (each env in one group)")
-    grpo_horizon(config)
-
-
-def grpo_horizon(config: Config) -> int:
-    """Steps a GRPO member plays at most in a round: ``--horizon``, or the env's own time limit."""
-    import gymnasium as gym
-
-    from utils import UsageError
-
-    if config.group.horizon:
-        return config.group.horizon
-    limit = config.max_episode_frames or gym.spec(config.env_name).max_episode_steps
-    if not limit:
-        raise UsageError(f"{config.env_name} has no time limit: give --algo grpo a --horizon")
-    return int(limit)
+    check_algorithm_settings(config, typed, _flag)
 
 
 def play(config: Config, typed: set[str], load: str, episodes: int, *, deterministic: bool = False,
@@ -715,7 +648,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from checkpoints import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
-            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - RESUME_FIXED)
+            from algorithms import fixed_on_resume
+
+            saved_algo = Config.from_dict(checkpoint["config"]).algo
+            fixed = RESUME_FIXED | fixed_on_resume(saved_algo)
+            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - fixed)
             # The device is this process's choice, not the run's: what is typed now, else the default.
             config = with_settings(config, {"cuda": get_setting(config, "cuda") if "cuda" in typed else None})
             check_algo_flags(config, typed)

@@ -19,16 +19,17 @@ column of the rollout run again from the state it started with, so its core sees
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-from agent import A2CAgent, standardized
+from agent import A2CAgent, rollout_stats, standardized
+from config import Config
+from envs import is_atari
 from icm import masked_mean
 from model import ActorCritic
-from runner import Runner, rollout_stats
 from storage import Batch
-from utils import read_back
+from utils import UsageError, read_back
 
 
 def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
@@ -104,10 +105,23 @@ class PPOAgent(A2CAgent):
                         pick(batch.actions), pick(batch.log_probs), pick(batch.returns), advantages, self.clip_eps,
                         self.value_coeff, self.entropy_coeff)
 
-    def learn(self, batch: Batch, generator: Optional[torch.Generator] = None) -> dict[str, float]:
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "PPOAgent":
+        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
+                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, epochs=config.ppo.epochs,
+                   minibatches=config.ppo.minibatches, clip_eps=config.ppo.clip_eps, value_coeff=config.value_coeff,
+                   gae_lambda=config.gae_lambda, normalize_advantages=config.normalize_advantages, intrinsic=intrinsic)
+
+    def update(self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
+               generator: Optional[torch.Generator] = None) -> dict[str, float]:
         """``epochs`` passes over the rollout in ``minibatches`` shuffled minibatches, one clipped
-        gradient step each. Returns the mean of each term over the steps taken, and how many steps
-        a non-finite loss skipped (``ppo/skipped_steps``; ``skipped`` is 1 when no step was taken)."""
+        gradient step each; ``on_loss`` first sees the rollout's loss before any step (at ratio 1).
+        Returns the mean of each term over the steps taken, how many steps a non-finite loss
+        skipped (``ppo/skipped_steps``; ``skipped`` is 1 when no step was taken), and the rollout's
+        statistics."""
+        if on_loss is not None:
+            with torch.no_grad():
+                on_loss(float(self.minibatch_loss(batch)["total"]))
         count = self.samples(batch)
         chunks = min(self.minibatches, count)
         sums: dict[str, float] = {}
@@ -124,17 +138,19 @@ class PPOAgent(A2CAgent):
                     sums[name] = sums.get(name, 0.0) + value
         stats = {name: value / max(steps, 1) for name, value in sums.items()}
         stats["skipped"], stats["ppo/skipped_steps"] = float(steps == 0), float(skipped)
-        return stats
-
-
-class PPORunner(Runner):
-    """:class:`runner.Runner` whose update is :meth:`PPOAgent.learn`; the loss of the rollout before
-    it (ratio 1) is what ``a2c_best_loss`` judges."""
-
-    def learn(self, batch: Batch) -> dict[str, float]:
-        with torch.no_grad():
-            total = float(self.agent.minibatch_loss(batch)["total"])
-        self.checkpoints.loss_computed(self.state, total)
-        stats = self.agent.learn(batch)
         stats.update(read_back(rollout_stats(batch)))
         return stats
+
+
+# Settings of --algo ppo only: typed for another algorithm they are refused rather than ignored.
+SETTINGS = ("ppo.epochs", "ppo.minibatches", "ppo.clip_eps")
+
+
+def check(config: Config) -> None:
+    """Refuse, in one line, the settings that --algo ppo cannot train with."""
+    if is_atari(config.env_name):
+        raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
+                         f"not on {config.env_name}")
+    if config.recurrent and config.ppo.minibatches > config.num_envs:
+        raise UsageError(f"--ppo-minibatches {config.ppo.minibatches} is more than --num-envs {config.num_envs}: with "
+                         f"--recurrent a minibatch holds whole envs")

@@ -32,7 +32,7 @@ from devices import HostToDevice
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
-from utils import atomic_write, explained_variance, linear_schedule
+from utils import atomic_write, linear_schedule
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
 # Below this spread across envs (with most gates saturated) the LSTM's output no longer depends on
@@ -278,11 +278,10 @@ class Runner:
         return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
 
     def learn(self, batch: Batch) -> dict[str, float]:
-        """One A2C update on the rollout (the loss, then the step); the stats to log, read from the
-        device at once, before the step, which keeps the best-loss weights first."""
-        terms = self.agent.loss(batch)
-        return self.agent.step(terms, extra=rollout_stats(batch),
-                               before_step=lambda stats: self.checkpoints.loss_computed(self.state, stats["total"]))
+        """The algorithm's update on the batch (``agent.update``); the best-loss rule sees the batch's
+        loss before the weights change. The stats to log."""
+        return self.agent.update(batch, self.state.update,
+                                 on_loss=lambda loss: self.checkpoints.loss_computed(self.state, loss))
 
     def env_steps(self, batch: Batch) -> int:
         """Env steps that ``batch`` holds: every env, every step of the rollout."""
@@ -331,18 +330,6 @@ class Runner:
     def save(self, name: str, full: bool = True) -> str:
         """Write checkpoint ``name`` of the run as it stands (see ``checkpoints.py``)."""
         return self.checkpoints.save(name, self.state, full)
-
-
-def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
-    """What a practitioner checks of the critic each update, as 0-d tensors still on the device:
-    explained variance of the returns by the values (1: perfect, 0: no better than their mean,
-    below 0: worse), and the means of value predictions, value targets (returns) and advantages,
-    with the advantages' spread."""
-    return {"explained_variance": explained_variance(batch.values, batch.returns),
-            "rollout/value_mean": batch.values.mean(),
-            "rollout/return_mean": batch.returns.mean(),
-            "rollout/advantage_mean": batch.advantages.mean(),
-            "rollout/advantage_std": batch.advantages.std()}
 
 
 def scheduled_lr(config: Config, update: int, step: int = 0) -> float:

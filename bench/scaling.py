@@ -146,7 +146,7 @@ def measure_networks(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
     sys.path.insert(0, ROOT)
-    from agent import agent_from_config
+    from algorithms import make_agent
     from config import Config, with_settings
     from storage import Batch
 
@@ -154,7 +154,7 @@ def measure_networks(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for name, (settings, shape, actions) in NETWORKS.items():
         torch.manual_seed(0)
-        agent = agent_from_config(with_settings(Config(), settings), shape, actions)
+        agent = make_agent(with_settings(Config(), settings), shape, actions)
         T, N = 5, args.network_envs
         obs = (torch.randint(0, 256, (T + 1, N, *shape), dtype=torch.uint8) if len(shape) == 3
                else torch.randn(T + 1, N, *shape))

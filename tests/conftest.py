@@ -92,7 +92,7 @@ def make_runner():
     """``make_runner(config, run_dir, **runner_kwargs)``: a :class:`runner.Runner` on real envs,
     built as ``main.train`` builds it (seeded from the config); its envs are closed at teardown."""
     import utils
-    from agent import agent_from_config
+    from algorithms import make_agent
     from envs import action_size, make_vec_env
     from runner import Runner
 
@@ -104,7 +104,7 @@ def make_runner():
                             config.max_episode_frames)
         made.append(envs)
         num_actions, continuous = action_size(envs.action_space)
-        agent = agent_from_config(config, envs.observation_space.shape, num_actions, continuous=continuous)
+        agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)
         os.makedirs(run_dir, exist_ok=True)
         return Runner(agent, envs, config, str(run_dir), **runner_kwargs)
 

@@ -430,7 +430,7 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
 
 def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypatch):
     import perf
-    from agent import agent_from_config
+    from algorithms import make_agent
     from config import Config, Speed
 
     config, _, typed = cli.parse_args(["--no-keep-graph", "--encoder-chunk", "0", "--no-keep-freed-memory",
@@ -444,7 +444,7 @@ def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypa
     assert calls == []
     cli.pick_device(False, 0, keep_freed=True)
     assert calls == [1]
-    agent = agent_from_config(Config(speed=Speed(encoder_chunk=5)), (4, 84, 84), 6)
+    agent = make_agent(Config(speed=Speed(encoder_chunk=5)), (4, 84, 84), 6)
     assert agent.model.encoder.cpu_chunk == 5
 
 

@@ -85,7 +85,7 @@ def test_control_algorithms_train_on_the_gpu(tmp_path, capsys, flags):
 
 
 def test_a_rollout_step_waits_for_the_gpu_only_for_the_actions(tmp_path):
-    from agent import agent_from_config
+    from algorithms import make_agent
     from config import Config
     from envs import action_size, make_vec_env
     from runner import Runner
@@ -94,7 +94,7 @@ def test_a_rollout_step_waits_for_the_gpu_only_for_the_actions(tmp_path):
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed)
     try:
         num_actions, _ = action_size(envs.action_space)
-        agent = agent_from_config(config, envs.observation_space.shape, num_actions, "cuda")
+        agent = make_agent(config, envs.observation_space.shape, num_actions, "cuda")
         runner = Runner(agent, envs, config, str(tmp_path))
         runner.storage.start(runner.recurrent_state)
         runner._collect_steps(runner.storage)  # warm: cuDNN picks its kernels, buffers are allocated

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 import distributed
 import main as cli
-from agent import agent_from_config
+from algorithms import make_agent
 from config import Config, Curiosity, Speed
 from control import RunContext
 from storage import Batch
@@ -194,7 +194,7 @@ def gradients(batch: Batch, variant: str, context: Optional[RunContext] = None) 
     ``casting_once``, as a rollout is collected: with the bfloat16 encoder its weights get their
     gradient only at the end of the backward call."""
     torch.manual_seed(0)
-    agent = agent_from_config(Config(curiosity=Curiosity(enabled=True), **VARIANTS[variant]), (4, 84, 84), 6)
+    agent = make_agent(Config(curiosity=Curiosity(enabled=True), **VARIANTS[variant]), (4, 84, 84), 6)
     if context is not None:
         agent.gradient_reducer = distributed.gradient_reducer(context)
         agent.sum_over_ranks = distributed.sum_over_ranks(context)

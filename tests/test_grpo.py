@@ -15,7 +15,7 @@ from torch.testing import assert_close
 import checkpoints
 import main as cli
 import utils
-from agent import agent_from_config
+from algorithms import make_agent
 from config import Config, Group
 from envs import action_size, make_vec_env
 from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, group_seeds, grpo_loss,
@@ -163,7 +163,7 @@ def test_a_round_of_equal_groups_changes_nothing_and_is_counted():
     agent = tiny_agent(group_size=2)
     weights = [p.detach().clone() for p in agent.model.parameters()]
     batch = tiny_batch(agent, torch.ones(3, 4), torch.ones(3, 4))  # every member returns 3
-    stats = agent.learn(batch, update=0)
+    stats = agent.update(batch, 0)
     assert stats["grpo/skipped_groups"] == 1.0 and stats["skipped"] == 0.0
     assert "policy" not in stats  # no step was taken
     for before, after in zip(weights, agent.model.parameters()):
@@ -181,11 +181,11 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
             return float(dist.log_prob(batch.actions[:, [member]]).sum())
     winner, loser = log_prob_of(0), log_prob_of(1)
     reference = [p.clone() for p in agent.reference.parameters()]
-    stats = agent.learn(batch, update=0)
+    stats = agent.update(batch, 0)
     assert log_prob_of(0) > winner and log_prob_of(1) < loser
     assert stats["kl"] >= 0 and stats["grpo/skipped_groups"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(reference, agent.reference.parameters()))  # 1 update: frozen
-    agent.learn(batch, update=1)  # the second update refreshes it
+    agent.update(batch, 1)  # the second update refreshes it
     assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), agent.reference.parameters()))
 
 
@@ -197,8 +197,8 @@ def group_runner(tmp_path, **settings) -> GroupRunner:
     envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed,
                         randomize=config.randomize_every if config.randomize_domain else None)
     num_actions, continuous = action_size(envs.action_space)
-    agent = agent_from_config(config, envs.observation_space.shape, num_actions, continuous=continuous)
-    return GroupRunner(agent, envs, config, str(tmp_path), horizon=500)
+    agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)
+    return GroupRunner(agent, envs, config, str(tmp_path))  # CartPole's time limit: rounds of 500 steps at most
 
 
 def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after_their_end(tmp_path):
@@ -324,7 +324,7 @@ def test_sigterm_stops_a_grpo_run_after_its_round_and_it_resumes(tmp_path):
     the exit code is 0, and the run resumes from there."""
     import signal
 
-    from test_audit import stop_after_first_last
+    from tiny_run import stop_after_first_last
 
     proc, last_path, out, err = stop_after_first_last(
         [*GRPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGTERM)

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from agent import a2c_loss, agent_from_config, load_agent, load_model, make_optimizer
+from agent import a2c_loss, load_model, make_optimizer
+from algorithms import load_agent, make_agent
 from config import Config, Curiosity
 from icm import ICM, RunningStd
 from model import ActorCritic
@@ -125,9 +126,9 @@ def test_without_forward_grad_only_the_inverse_loss_trains_the_features():
 
 
 def test_forward_grad_flag_reaches_the_module():
-    from agent import agent_from_config
+    from algorithms import make_agent
     for on in (True, False):
-        agent = agent_from_config(Config(curiosity=Curiosity(enabled=True, forward_trains_encoder=on), cuda=False),
+        agent = make_agent(Config(curiosity=Curiosity(enabled=True, forward_trains_encoder=on), cuda=False),
                                   (4, 42, 42), 3)
         assert agent.intrinsic.forward_trains_phi is on
 
@@ -190,7 +191,7 @@ def small_config(**kw) -> Config:
 
 def test_icm_rewards_join_returns_and_vanish_at_episode_ends():
     torch.manual_seed(0)
-    agent = agent_from_config(small_config(curiosity=Curiosity(enabled=True, eta=1.0, extrinsic_coeff=0.0)), (1, 42, 42), 2)
+    agent = make_agent(small_config(curiosity=Curiosity(enabled=True, eta=1.0, extrinsic_coeff=0.0)), (1, 42, 42), 2)
     storage = filled_storage()
     batch = agent.make_batch(storage)
     intrinsic = batch.reward_parts["intrinsic"]
@@ -209,7 +210,7 @@ def test_no_icm_update_is_bit_for_bit_plain_a2c():
     """With curiosity off the agent's update equals a by-hand A2C step: same loss, clip and optimizer step."""
     torch.manual_seed(0)
     config = small_config()
-    agent = agent_from_config(config, (1, 42, 42), 2)
+    agent = make_agent(config, (1, 42, 42), 2)
     assert agent.intrinsic is None and len(agent.params) == len(list(agent.model.parameters()))
     reference = copy.deepcopy(agent.model)
     optimizer = make_optimizer(config.optimizer, reference.parameters(), config.lr)
@@ -231,9 +232,9 @@ def test_no_icm_update_is_bit_for_bit_plain_a2c():
 
 def test_switching_icm_on_leaves_the_policy_initialization_unchanged():
     torch.manual_seed(3)
-    off = agent_from_config(small_config(), (1, 42, 42), 2)
+    off = make_agent(small_config(), (1, 42, 42), 2)
     torch.manual_seed(3)
-    on = agent_from_config(small_config(curiosity=Curiosity(enabled=True)), (1, 42, 42), 2)
+    on = make_agent(small_config(curiosity=Curiosity(enabled=True)), (1, 42, 42), 2)
     assert all(torch.equal(a, b) for a, b in zip(off.model.state_dict().values(), on.model.state_dict().values()))
     n_model = len(list(on.model.parameters()))
     assert len(on.params) == n_model + len(list(on.intrinsic.parameters()))
@@ -254,7 +255,7 @@ def test_running_std_matches_numpy():
 
 def test_normalized_intrinsic_rewards_are_divided_by_running_std():
     torch.manual_seed(0)
-    agent = agent_from_config(small_config(curiosity=Curiosity(enabled=True, normalize=True)), (1, 42, 42), 2)
+    agent = make_agent(small_config(curiosity=Curiosity(enabled=True, normalize=True)), (1, 42, 42), 2)
     storage = filled_storage()
     raw = agent.intrinsic.rewards(storage.obs, storage.next_obs(), storage.actions, 1 - storage.dones)
     batch = agent.make_batch(storage)
@@ -269,7 +270,7 @@ def test_checkpoints_carry_icm_and_optimizer_and_play_without_it(tmp_path):
     torch.manual_seed(0)
     config = small_config(curiosity=Curiosity(enabled=True), num_envs=2, rollout_size=4, num_updates=3, n_stack=1)
     envs = make_memory_vec_env(config.num_envs, seed=0, length=4, n_stack=1)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     runner = Runner(agent, envs, config, str(tmp_path))
     runner.train()
     envs.close()
@@ -298,7 +299,7 @@ def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
     torch.manual_seed(0)
     config = small_config(curiosity=Curiosity(enabled=True), num_envs=2, rollout_size=4, num_updates=3, n_stack=1, log_interval=1)
     envs = make_memory_vec_env(config.num_envs, seed=0, length=4, n_stack=1)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     batches = []
     make_batch = agent.make_batch
     agent.make_batch = lambda storage: batches.append(make_batch(storage)) or batches[-1]
@@ -342,7 +343,7 @@ def test_one_pass_gives_the_rewards_and_losses_of_the_separate_calls(forward_tra
 
 def test_the_agent_trains_through_the_losses_of_the_rollout_pass():
     torch.manual_seed(0)
-    agent = agent_from_config(small_config(curiosity=Curiosity(enabled=True)), (1, 42, 42), 2)
+    agent = make_agent(small_config(curiosity=Curiosity(enabled=True)), (1, 42, 42), 2)
     batch = agent.make_batch(filled_storage())
     assert batch.intrinsic_losses is not None and batch.intrinsic_losses["total"].grad_fn is not None
     kept = agent.loss(batch)

@@ -168,9 +168,12 @@ def test_loss_leaves_the_weights_and_step_applies_that_loss():
     stats = agent.step(terms)
     assert stats["total"] == float(terms["total"].detach())
     assert not all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
-    # update() is the same two calls
+    # update() is the same two calls, and adds the rollout's statistics
     again = A2CAgent(make_model(), lr=1e-2)
-    assert again.update(make_batch(again.model)) == stats
+    updated = again.update(make_batch(again.model))
+    assert {name: value for name, value in updated.items() if name in stats} == stats
+    assert set(updated) - set(stats) == {"explained_variance", "rollout/value_mean", "rollout/return_mean",
+                                         "rollout/advantage_mean", "rollout/advantage_std"}
     assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(again.model.parameters(), model.parameters()))
 
 

@@ -3,7 +3,7 @@
 `memory_env.MemoryEnv` shows a left/right cue on the first frame only and asks for it on the
 last frame, ``LENGTH - 1`` steps later; with ``LENGTH > N_STACK`` no stacked observation at the
 query step shows the cue. Both agents train through the real product pipeline
-(``Config`` -> ``agent_from_config`` -> ``Runner.train``) on the same budget and are then scored
+(``Config`` -> ``make_agent`` -> ``Runner.train``) on the same budget and are then scored
 by the project's own ``evaluate`` (sampled actions, as in training) on fresh episodes from
 differently seeded envs:
 
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import agent_from_config
+from algorithms import make_agent
 from config import Config
 from evaluate import evaluate
 from memory_env import LEFT, RIGHT, MemoryEnv, make_memory_vec_env
@@ -66,7 +66,7 @@ def train_and_evaluate(recurrent: bool, run_dir: Path, seed: int = SEED) -> tupl
     seed_everything(config.seed)  # as main.py does before building the agent
     envs = make_memory_vec_env(config.num_envs, config.seed, LENGTH, config.n_stack)
     try:
-        agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+        agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
         runner = Runner(agent, envs, config, run_dir=str(run_dir))
         runner.train()
     finally:

@@ -10,7 +10,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import plots
 import utils
-from agent import agent_from_config
+from algorithms import make_agent
 from config import Config
 from envs import make_vec_env
 from runner import Runner, save_settings
@@ -118,7 +118,7 @@ def train_short_run(run_dir: str, seed: int) -> None:
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
                         config.max_episode_frames)
     try:
-        agent = agent_from_config(config, envs.observation_space.shape, int(envs.action_space.n))
+        agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n))
         writer = SummaryWriter(run_dir)
         save_settings(config, run_dir, writer)
         Runner(agent, envs, config, run_dir, writer=writer).train()

@@ -137,7 +137,7 @@ def test_an_update_takes_epochs_times_minibatches_steps_and_moves_the_policy(rec
     calls = []
     step = ppo.step
     ppo.step = lambda terms: calls.append(1) or step(terms)  # type: ignore[method-assign]
-    stats = ppo.learn(batch, generator=torch.Generator().manual_seed(0))
+    stats = ppo.update(batch, generator=torch.Generator().manual_seed(0))
     assert len(calls) == 3 * 2 and stats["skipped"] == 0.0 and stats["ppo/skipped_steps"] == 0.0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert float(ppo.minibatch_loss(batch)["ppo/approx_kl"]) > 0  # the policy left the one that acted
@@ -237,7 +237,7 @@ def test_sigint_stops_a_ppo_run_after_its_update_and_it_resumes(tmp_path):
     run stopped, the exit code is 0, and the run resumes from there."""
     import signal
 
-    from test_audit import stop_after_first_last
+    from tiny_run import stop_after_first_last
 
     proc, last_path, out, err = stop_after_first_last(
         [*PPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGINT)

@@ -9,7 +9,8 @@ import torch
 from torch.testing import assert_close
 
 import checkpoints
-from agent import RMSpropTF, agent_from_config, load_agent, make_optimizer
+from agent import RMSpropTF, make_optimizer
+from algorithms import load_agent, make_agent
 from config import Config
 from model import ActorCritic
 from recording_writer import RecordingWriter
@@ -109,7 +110,7 @@ def test_core_health_of_a_feed_forward_network_has_no_gates():
 def test_format_1_checkpoint_resumes_with_the_optimizer_it_was_trained_with(tmp_path):
     """Format 1 called torch.optim.RMSprop "rmsprop": such a run resumes on it, with its state."""
     config = Config(optimizer="torch-rmsprop")
-    agent = agent_from_config(config, (4, 84, 84), 6)
+    agent = make_agent(config, (4, 84, 84), 6)
     loss = agent.model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8), agent.model.initial_state(2), torch.ones(2))[1].sum()
     loss.backward()
     agent.optimizer.step()

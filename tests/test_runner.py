@@ -10,7 +10,8 @@ import torch
 
 import checkpoints
 import utils
-from agent import agent_from_config, load_model
+from agent import load_model
+from algorithms import make_agent
 from config import Config
 from envs import make_vec_env
 from metrics import Metrics
@@ -29,7 +30,7 @@ def build_runner(config: Config, run_dir) -> Runner:
     utils.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
                         config.max_episode_frames)
-    agent = agent_from_config(config, envs.observation_space.shape, envs.action_space.n)
+    agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     return Runner(agent, envs, config, str(run_dir))
 
 

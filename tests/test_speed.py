@@ -29,7 +29,8 @@ from torch.testing import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import checkpoints
-from agent import agent_from_config, load_model
+from agent import load_model
+from algorithms import make_agent
 from config import Config, Speed
 from model import ActorCritic, ConvEncoder, NatureEncoder
 
@@ -90,7 +91,7 @@ def test_nature_encoder_is_the_dqn_network():
 
 def test_nature_checkpoint_plays_back(tmp_path):
     config = Config(arch="nature", recurrent=False)
-    agent = agent_from_config(config, (4, 84, 84), 6)
+    agent = make_agent(config, (4, 84, 84), 6)
     path = str(tmp_path / "a2c_last")
     checkpoints.atomic_save({"format": checkpoints.CHECKPOINT_FORMAT, **agent.state(full=False)}, path)
     model = load_model(path)
@@ -107,7 +108,7 @@ def test_unknown_arch_is_refused():
 
 def test_acting_in_inference_mode_matches_no_grad():
     torch.manual_seed(1)
-    agent = agent_from_config(Config(hidden_size=32), (4, 84, 84), 6)
+    agent = make_agent(Config(hidden_size=32), (4, 84, 84), 6)
     obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
     state, starts = agent.model.initial_state(4), torch.zeros(4)
     torch.manual_seed(7)
