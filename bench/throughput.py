@@ -245,7 +245,8 @@ def step_randomly(steps: int, env_name: str, num_envs: int, vec_env: str, seed: 
         if isinstance(space, gym.spaces.Discrete):
             actions = rng.integers(0, int(space.n), size=(vector_steps, num_envs))
         else:
-            actions = rng.uniform(space.low, space.high, size=(vector_steps, num_envs, *space.shape)).astype(space.dtype)
+            shape = (vector_steps, num_envs, *space.shape)
+            actions = rng.uniform(space.low, space.high, size=shape).astype(space.dtype)
         envs.reset()
         tic = time.perf_counter()
         for action in actions:
