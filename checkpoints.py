@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from envs import game_of
 from utils import EpisodeStats, UsageError, atomic_write, rng_state, set_rng_state
 
 CHECKPOINT_FORMAT = "recurrent-a2c/2"
@@ -83,6 +84,21 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
                 holder[key] = "torch-rmsprop"
         data["format"] = CHECKPOINT_FORMAT
     return data
+
+
+def check_checkpoint_fits(checkpoint: dict[str, Any], path: str, obs_shape: Sequence[int], num_actions: int,
+                          env_name: str) -> None:
+    """A checkpoint plays only the game (in any of its ids), action set and observations it was trained on."""
+
+    spec = checkpoint["model_spec"]
+    if spec["num_actions"] != num_actions:
+        raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']} with {spec['num_actions']} "
+                         f"actions; {env_name} has {num_actions}")
+    if game_of(env_name) != game_of(checkpoint["env_name"]):
+        raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']}; {env_name} is another game")
+    if list(spec["obs_shape"]) != list(obs_shape):
+        raise UsageError(f"checkpoint {path} expects observations of shape {tuple(spec['obs_shape'])}, "
+                         f"the env gives {tuple(obs_shape)}")
 
 
 class TrainingState:

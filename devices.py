@@ -20,6 +20,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from perf import keep_freed_memory
+
 # cuBLAS needs a fixed workspace to be deterministic; read when its first handle is made.
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
 
@@ -37,6 +39,23 @@ def choose_device(want_cuda: Optional[bool], vector_obs: bool, *, say: bool = Tr
     if want_cuda and say:
         print("CUDA is not available; running on the CPU", file=sys.stderr)
     return torch.device("cpu")
+
+
+def pick_device(want_cuda: Optional[bool], threads: int = 0, keep_freed: bool = True, *, vector_obs: bool = False,
+                tf32: bool = False, reproducible: bool = False, say: bool = True) -> torch.device:
+    """The torch device to use (:func:`choose_device`: ``want_cuda`` None picks by the kind of
+    observation; ``say``: print the fallback line, which under torchrun one process a machine
+    does), after setting the CPU thread count (0: torch's default), the float policy (``tf32``,
+    ``reproducible``) and, with ``keep_freed``, letting malloc keep freed activations for reuse
+    (`perf.keep_freed_memory`)."""
+    if keep_freed:
+        keep_freed_memory()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    set_float_policy(tf32)
+    if reproducible:
+        make_reproducible()
+    return choose_device(want_cuda, vector_obs, say=say)
 
 
 def describe(device: torch.device, *, tf32: bool = False, bf16: bool = False) -> str:

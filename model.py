@@ -63,8 +63,8 @@ class NatureEncoder(nn.Module):
 
     The classic Atari network of DQN and of the A2C baselines (SB3's ``CnnPolicy``); on the CPU
     its forward and backward pass over an update take about a fifth less time than
-    :class:`ConvEncoder`'s, which has more and larger feature maps (``bench/encoder_batch.py
-    --bf16``: 30.5 against 38.8 ms in float32).
+    :class:`ConvEncoder`'s, which has more and larger feature maps (30.5 against 38.8 ms in
+    float32; docs/speed.md).
     """
 
     def __init__(self, obs_shape: Sequence[int], channels_last: bool = False) -> None:

@@ -29,7 +29,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto.event_pb2 import SessionLog
 
-from utils import atomic_write
+from utils import UsageError, atomic_write
 
 EVENT_FILE_PATTERN = "events.out.tfevents.*"
 
@@ -259,3 +259,16 @@ def _save_png_atomically(fig: Figure, path: str) -> None:
     """Render ``fig`` as PNG onto ``path`` all or nothing (see `utils.atomic_write`); the directory is created if missing."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=DPI))
+
+
+def plot_command(run_dirs: list[str], out: str) -> int:
+    """Draw the runs' TensorBoard curves side by side into ``out``."""
+
+    try:
+        panels = plot_runs(run_dirs, out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}: {', '.join(panels)} of {len(run_dirs)} run(s)")
+    return 0

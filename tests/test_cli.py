@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import devices
 import main as cli
 from checkpoints import CHECKPOINT_FORMAT
 
@@ -274,13 +275,13 @@ def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_li
 
 def test_resume_into_a_run_directory_it_cannot_write_is_refused_before_training(trained_run, one_line_error,
                                                                                monkeypatch):
-    import utils
+    import training
 
     def read_only(directory):  # what a read-only or immutable directory answers (root writes through chmod)
         if os.path.samefile(directory, trained_run):
             raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(utils, "probe_writable", read_only)
-    monkeypatch.setattr(utils, "seed_everything", lambda seed: pytest.fail("training started"))
+    monkeypatch.setattr(training, "probe_writable", read_only)
+    monkeypatch.setattr(training, "seed_everything", lambda seed: pytest.fail("training started"))
     message = one_line_error(["--resume", os.path.join(trained_run, "a2c_last"), "--num-updates", str(UPDATES + 2)])
     assert message == f"error: cannot write to the run directory '{trained_run}': Permission denied"
 
@@ -382,9 +383,9 @@ def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path)
 
 @pytest.mark.parametrize("hardware_bf16", [False, True])
 def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkeypatch, capsys, hardware_bf16):
-    import perf
+    import training
 
-    monkeypatch.setattr(perf, "has_fast_bf16", lambda device: hardware_bf16)
+    monkeypatch.setattr(training, "has_fast_bf16", lambda device: hardware_bf16)
     args = [*SMALL, "--eval-interval", "0", "--num-updates", "1", "--no-tensorboard", "--threads", "1"]
     assert cli.main([*args, "--arch", "nature", "--no-recurrent", "--bf16", "--log-dir", str(tmp_path)]) == 0
     err = capsys.readouterr().err
@@ -398,10 +399,11 @@ def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkey
 
 def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
     import evaluate
+    import play
 
     played = []
     real = evaluate.evaluate
-    monkeypatch.setattr(evaluate, "evaluate", lambda model, *a, **k: played.append(model.bf16) or real(model, *a, **k))
+    monkeypatch.setattr(play, "evaluate", lambda model, *a, **k: played.append(model.bf16) or real(model, *a, **k))
     checkpoint = os.path.join(trained_run, "a2c_last")
     for flags in ([], ["--bf16"], ["--no-bf16"]):
         assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
@@ -429,7 +431,6 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
 
 
 def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypatch):
-    import perf
     from algorithms import make_agent
     from config import Config, Speed
 
@@ -439,10 +440,10 @@ def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypa
     assert typed == {"speed.keep_graph", "speed.encoder_chunk", "speed.keep_freed_memory", "speed.channels_last"}
     assert Config.from_dict({"channels_last": False, "bf16": True}).speed == Speed(channels_last=False, bf16=True)
     calls = []
-    monkeypatch.setattr(perf, "keep_freed_memory", lambda: calls.append(1) or True)
-    cli.pick_device(False, 0, keep_freed=False)
+    monkeypatch.setattr(devices, "keep_freed_memory", lambda: calls.append(1) or True)
+    devices.pick_device(False, 0, keep_freed=False)
     assert calls == []
-    cli.pick_device(False, 0, keep_freed=True)
+    devices.pick_device(False, 0, keep_freed=True)
     assert calls == [1]
     agent = make_agent(Config(speed=Speed(encoder_chunk=5)), (4, 84, 84), 6)
     assert agent.model.encoder.cpu_chunk == 5

@@ -79,9 +79,9 @@ def float_policy_restored():
 
 def test_float32_means_float32_unless_tf32_is_asked_for(float_policy_restored):
     # PyTorch's own default lets cuDNN convolutions run in TF32; a run turns that off.
-    cli.pick_device(False, 0, keep_freed=False)
+    devices.pick_device(False, 0, keep_freed=False)
     assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
-    cli.pick_device(False, 0, keep_freed=False, tf32=True)
+    devices.pick_device(False, 0, keep_freed=False, tf32=True)
     assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
     config, _, typed = cli.parse_args(["--tf32"])
     assert config.speed.tf32 and typed == {"speed.tf32"} and not Config().speed.tf32

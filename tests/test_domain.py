@@ -54,9 +54,10 @@ def test_normalize_obs_is_saved_frozen_in_evaluation_and_restored_on_resume(tmp_
     assert "obs_normalizer" in best
 
     import evaluate
+    import play
     seen = []
     real = evaluate.evaluate
-    monkeypatch.setattr(evaluate, "evaluate", lambda model, envs, *a, **k: seen.append(
+    monkeypatch.setattr(play, "evaluate", lambda model, envs, *a, **k: seen.append(
         (envs.obs_rms.mean.copy(), envs.training, envs.norm_reward)) or real(model, envs, *a, **k))
     assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "2", "--no-cuda"]) == 0
     (mean, training, norm_reward), = seen

@@ -85,6 +85,7 @@ def test_training_logs_raw_space_invaders_scores_not_clipped_ones(space_invaders
 def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, capsys, vec_env):
     """On the env path the agent trained on (ale) and on SB3's (typed --vec-env dummy)."""
     import evaluate
+    import play
     from ale_vec_env import AleVecEnv
 
     games: list[list[float]] = []  # each eval env's finished games' raw sums, read from the emulator
@@ -135,7 +136,7 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
         (record_ale if vec_env == "ale" else record_sb3)(envs)
         return envs
 
-    monkeypatch.setattr(evaluate, "make_eval_envs", make_recorded)
+    monkeypatch.setattr(play, "make_eval_envs", make_recorded)
     checkpoint = os.path.join(space_invaders_run["run_dir"], "a2c_last")
     typed = [] if vec_env == "ale" else ["--vec-env", vec_env]
     assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "2", "--max-episode-frames", "600",

@@ -1,0 +1,109 @@
+"""Playing a saved agent (``python main.py --eval --load CHECKPOINT``): whole games under an
+evaluation protocol, or every cell of a grid of physics; main.py has read the flags and the
+checkpoint's settings."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from agent import load_model
+from checkpoints import check_checkpoint_fits
+from config import Config, env_seed
+from devices import describe, pick_device
+from envs import action_size, is_atari
+from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
+from normalize import load as load_normalizer, normalized
+from physics_grid import draw_heatmaps, evaluate_grid
+from randomize import check_randomizable
+from utils import UsageError, probe_writable, seed_everything
+
+
+def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str, episodes: int, *,
+         env_name: Optional[str] = None, max_frames: Optional[int] = None, deterministic: bool = False,
+         protocol: str = "classic", full_action_space: bool = False, eval_envs: Optional[int] = None,
+         json_path: Optional[str] = None, video_dir: Optional[str] = None) -> int:
+    """Play ``episodes`` whole games with the agent saved at ``load``; print (and optionally save) raw scores.
+
+    ``config`` holds the flags of this command, ``settings`` the run's own with the flags allowed on
+    top (``main.settings_from_checkpoint``), ``checkpoint`` the file read from ``load``. ``env_name``
+    plays another id of the same game. The envs follow the evaluation ``protocol`` (see
+    ``evaluate.make_eval_envs``); ``max_frames`` (a typed ``--max-episode-frames``) replaces its cap
+    on a game's length (the training run's cap is not inherited). ``eval_envs`` envs (default min(episodes, 8), never more than ``episodes``) play
+    in parallel, seeded apart from any training envs.
+    """
+
+    env_name = env_name or checkpoint["env_name"]
+    if json_path is not None:  # find out before playing, not after
+        if not json_path or json_path.endswith(("/", os.sep)) or os.path.isdir(json_path):
+            raise UsageError(f"--json needs the path of a file to write, got '{json_path}'")
+        try:
+            probe_writable(os.path.dirname(os.path.abspath(json_path)))
+        except OSError as exc:
+            raise UsageError(f"cannot write --json file '{json_path}': {exc.strerror or exc}") from None
+    num_envs = min(eval_envs or 8, episodes)
+    seed = env_seed(config.seed, evaluation=True)
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory, vector_obs=not is_atari(env_name),
+                         tf32=settings.speed.tf32, reproducible=config.reproducible)
+    print(describe(device, tf32=settings.speed.tf32, bf16=settings.speed.bf16), flush=True)
+    seed_everything(config.seed)
+    # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
+    envs = make_eval_envs(env_name, num_envs, seed, protocol, settings.n_stack, full_action_space, video_dir,
+                          episode_shares(episodes, num_envs), max_frames, vec_env=settings.vec_env)
+    # The observation statistics the agent was saved with, frozen.
+    envs = normalized(envs, settings.normalize_obs, False, training=False)
+    load_normalizer(envs, checkpoint)
+    try:
+        num_actions, _ = action_size(envs.action_space)
+        if full_action_space and checkpoint["model_spec"]["num_actions"] != num_actions:
+            raise UsageError(f"checkpoint {load} has {checkpoint['model_spec']['num_actions']} actions (the action set "
+                             f"it was trained on); {env_name} with --full-action-space has {num_actions}")
+        check_checkpoint_fits(checkpoint, load, envs.observation_space.shape, num_actions, env_name)
+        # The run's precision and encoder passes, unless --(no-)bf16 or --encoder-chunk is typed.
+        model = load_model(load, device, bf16=settings.speed.bf16, encoder_chunk=settings.speed.encoder_chunk)
+        result = evaluate(model, envs, episodes, deterministic)
+    finally:
+        envs.close()
+    print("scores: " + " ".join(f"{s:g}" for s in result.scores))
+    print(summarize(result))
+    if json_path is not None:
+        write_json({"checkpoint": os.path.abspath(load), "checkpoint_step": checkpoint.get("step"),
+                    "env_name": env_name, "protocol": protocol, "deterministic": bool(deterministic),
+                    "full_action_space": bool(full_action_space),
+                    "max_episode_frames": effective_frame_cap(env_name, protocol, max_frames),
+                    "eval_envs": num_envs, "seed": seed,
+                    "vec_env": ("dummy" if is_atari(env_name) else "sync") if video_dir else settings.vec_env,
+                    "video_dir": os.path.abspath(video_dir) if video_dir else None, **result.to_dict()}, json_path)
+    return 0
+
+
+def play_grid(config: Config, settings: Config, checkpoint: dict[str, Any], load: str, episodes: int, *,
+              max_steps: Optional[int] = None, deterministic: bool = False, json_path: Optional[str] = None,
+              out: Optional[str] = None, eval_envs: Optional[int] = None) -> int:
+    """Play the agent saved at ``load`` over its env's grid of physics (``physics_grid.py``); write
+    the table (JSON) and the heat map (PNG), by default beside the checkpoint."""
+
+    env_name = checkpoint["env_name"]
+    check_randomizable(env_name, "--physics-grid")
+    json_path = json_path or f"{load}_physics_grid.json"
+    out = out or f"{load}_physics_grid.png"
+    for path in (json_path, out):
+        try:
+            probe_writable(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
+            raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    device = pick_device(config.cuda, config.threads, settings.speed.keep_freed_memory, vector_obs=True,
+                         tf32=settings.speed.tf32, reproducible=config.reproducible)
+    print(describe(device, tf32=settings.speed.tf32), flush=True)
+    seed_everything(config.seed)
+    model = load_model(load, device)
+    grid = evaluate_grid(model, env_name, episodes, env_seed(config.seed, evaluation=True), checkpoint=checkpoint,
+                         normalize_obs=settings.normalize_obs, deterministic=deterministic, num_envs=eval_envs,
+                         max_episode_steps=max_steps)
+    grid["checkpoint"] = os.path.abspath(load)
+    write_json(grid, json_path)
+    draw_heatmaps([grid], [f"{env_name}: {os.path.basename(load)}, {episodes} episodes a cell"], out)
+    worst = min(grid["cells"], key=lambda cell: cell["mean"])
+    best = max(grid["cells"], key=lambda cell: cell["mean"])
+    print(f"{len(grid['cells'])} cells: mean return {sum(c['mean'] for c in grid['cells']) / len(grid['cells']):.2f}; "
+          f"worst {worst['mean']:.2f}, best {best['mean']:.2f}; wrote {json_path}, {out}")
+    return 0

@@ -1,0 +1,187 @@
+"""Training, from scratch or resumed: the run directory, the envs, the agent and its algorithm's
+loop, wired together as one run (``python main.py ...`` after main.py has read the flags).
+
+Launched by torchrun, this process is one rank of a data-parallel run (``distributed.py``): every
+rank checks the input alike and refuses bad input before the process group starts; rank 0 alone
+makes the run directory and writes into it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from torch.utils.tensorboard import SummaryWriter
+
+import distributed
+from algorithms import algorithm, make_agent
+from checkpoints import TrainingState, catch_up_bests, check_checkpoint_fits, restore
+from config import Config, env_seed
+from devices import describe, nondeterministic_parts, pick_device
+from envs import action_size, check_env, is_atari, make_vec_env
+from evaluate import PeriodicEvaluator
+from normalize import load as load_normalizer, normalized
+from perf import has_fast_bf16
+from randomize import check_randomizable
+from runner import save_settings
+from utils import UsageError, probe_writable, seed_everything
+
+
+def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dict[str, Any]] = None) -> int:
+    """Train from scratch, or continue the run whose a2c_last ``checkpoint`` was read from ``resume``.
+
+    Launched by torchrun, this process is one rank of a data-parallel run (``distributed.py``):
+    every rank checks the input alike and refuses bad input before the process group starts; rank
+    0 alone makes the run directory and writes into it.
+    """
+
+
+    context = distributed.context_from_environment()
+    algo = algorithm(config.algo)
+    if context.world_size > 1 and not algo.data_parallel:
+        raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
+    if checkpoint is not None:
+        if "optimizer" not in checkpoint:
+            raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
+        run_dir = os.path.dirname(os.path.abspath(resume))
+        try:  # found out now, not at the first checkpoint after hours of training
+            if context.is_main:
+                probe_writable(run_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
+    else:
+        continuous = check_env(config.env_name)
+        if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
+            flag = "--sde" if config.sde else "--log-std-init"
+            raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
+        algo.check(config)
+        if not is_atari(config.env_name):
+            if config.curiosity.enabled:
+                raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
+        elif config.normalize_obs or config.normalize_reward:
+            raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
+                             f"of {config.env_name}")
+        elif config.mlp_width != Config.mlp_width:
+            raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
+                             f"frames go through the conv encoder (--arch)")
+        if config.randomize_domain:
+            check_randomizable(config.env_name)
+        run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0
+    device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory,
+                                           vector_obs=not is_atari(config.env_name), tf32=config.speed.tf32,
+                                           reproducible=config.reproducible, say=distributed.local_rank() == 0),
+                               context)
+    if config.speed.bf16 and not has_fast_bf16(device):
+        print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
+              f"be slower, not faster", file=sys.stderr)
+    seed_everything(config.seed)
+
+    # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
+    first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0)
+    first_seed = distributed.env_seed_of_rank(first_seed, config.num_envs, context)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
+                        config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None)
+    envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
+    evaluator = None
+    try:
+        obs_shape, (num_actions, continuous) = envs.observation_space.shape, action_size(envs.action_space)
+        agent = make_agent(config, obs_shape, num_actions, device, continuous=continuous)
+        state = TrainingState()
+        if checkpoint is not None:
+            check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
+            state = restore(checkpoint, agent, resume)
+            load_normalizer(envs, checkpoint)
+            catch_up_bests(state, run_dir)
+            if state.update >= config.num_updates:
+                raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
+                                 f"updates; pass a larger --num-updates to train further")
+        # Every input is checked: the ranks meet. The same weights on every rank, and action
+        # sampling from a random stream of each rank's own.
+        if context.rank > 0:
+            seed_everything(distributed.sampling_seed(config.seed, context.rank, state.update))
+        distributed.start(context, device)
+        distributed.check_same_run(config, state.update, context)
+        distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)
+        agent.gradient_reducer = distributed.gradient_reducer(context)
+        agent.sum_over_ranks = distributed.sum_over_ranks(context)
+        run_dir = distributed.broadcast_object(run_dir, context)
+        # Events logged after the checkpoint was written (step > its step) are dropped: curves carry on.
+        purge = state.step + 1 if checkpoint else None
+        writer = SummaryWriter(run_dir, purge_step=purge) if config.tensorboard and context.is_main else None
+        if context.is_main:
+            save_settings(config, run_dir, writer)
+            print(describe(device, tf32=config.speed.tf32, bf16=config.speed.bf16), flush=True)
+            if config.reproducible:
+                print(reproducible_line(device, config, context.world_size), flush=True)
+            print(f"run directory: {run_dir}", flush=True)
+            world = describe_world(config, context, device, checkpoint)
+            if world:
+                print(world, flush=True)
+        if config.eval_interval and context.is_main:  # envs of its own, seeded apart from training, as --eval does
+            evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
+                                          env_seed(config.seed, evaluation=True),
+                                          config.n_stack, max_episode_frames=config.max_episode_frames,
+                                          vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
+        runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
+        final = runner.train()
+        if writer is not None:
+            writer.close()
+    finally:
+        envs.close()
+        if evaluator is not None:
+            evaluator.close()
+        distributed.stop(context)
+    if not context.is_main:
+        return 1 if "non-finite" in runner.stop_reason else 0
+    episodes = final.episodes
+    returns = (f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
+               if episodes.returns else "no episode finished yet")
+    print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
+          f"{final.update} updates, {returns}; checkpoints in {run_dir}", flush=True)
+    return 1 if "non-finite" in runner.stop_reason else 0
+
+
+def describe_world(config: Config, context: Any, device: Any, checkpoint: Optional[dict[str, Any]]) -> str:
+    """The line a data-parallel run starts with: processes, envs per rank and in all, the batch of an
+    update (and a resume's change of world size). Empty for a plain run of a plain run."""
+    trained_by = checkpoint.get("world_size", 1) if checkpoint is not None else context.world_size
+    if context.world_size == 1 and trained_by == 1:
+        return ""
+    total_envs = config.num_envs * context.world_size
+    processes = (f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
+                 f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs"
+                 if context.world_size > 1 else f"one process, {total_envs} envs")
+    line = (f"{processes}; batch per update {total_envs} x {config.rollout_size} = "
+            f"{total_envs * config.rollout_size} env steps")
+    if trained_by != context.world_size:
+        line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
+                 f"and goes on with {total_envs}")
+    return line
+
+
+def reproducible_line(device: Any, config: Config, world_size: int = 1) -> str:
+    """What ``--reproducible`` says it could not make deterministic on ``device``."""
+
+    parts = nondeterministic_parts(device, arch=config.arch, image_obs=is_atari(config.env_name), world_size=world_size)
+    if not parts:
+        return f"reproducible: deterministic kernels; every op of this run on the {device.type} has one"
+    return "reproducible: deterministic kernels, except " + "; ".join(parts)
+
+
+def make_run_dir(config: Config) -> str:
+    """A new directory under ``log_dir`` named from env, time and seed; checks it can be written."""
+
+    name = f"{config.env_name.replace('/', '-')}_{time.strftime('%Y%m%d-%H%M%S')}_seed{config.seed}"
+    try:
+        os.makedirs(config.log_dir, exist_ok=True)
+        path = os.path.join(config.log_dir, name)
+        suffix = 1
+        while os.path.exists(path):
+            suffix += 1
+            path = os.path.join(config.log_dir, f"{name}-{suffix}")
+        os.makedirs(path)
+        probe_writable(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write to log dir '{config.log_dir}': {exc.strerror or exc}") from None
+    return path
