@@ -101,6 +101,24 @@ def check_checkpoint_fits(checkpoint: dict[str, Any], path: str, obs_shape: Sequ
                          f"the env gives {tuple(obs_shape)}")
 
 
+# What a shipped agent keeps of a checkpoint: enough to rebuild, play and describe it.
+AGENT_KEYS = ("format", "model_spec", "model", "env_name", "config", "update", "step", "mean_return",
+              "obs_normalizer", "world_size")
+
+
+def agent_file(checkpoint: dict[str, Any], dtype: torch.dtype = torch.float16,
+               record: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """A checkpoint cut down to a playable agent: weights only (no optimizer, random streams or
+    curiosity module), its floating-point weights stored as ``dtype`` (they load back into the
+    float32 network), the observation statistics it plays with, and ``record`` (how it scored)."""
+    data = {key: checkpoint[key] for key in AGENT_KEYS if key in checkpoint}
+    data["model"] = {name: value.to(dtype) if value.is_floating_point() else value
+                     for name, value in checkpoint["model"].items()}
+    if record is not None:
+        data["record"] = record
+    return data
+
+
 class TrainingState:
     """Counters and records that a resumed run carries on from."""
 

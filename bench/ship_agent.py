@@ -1,0 +1,101 @@
+"""Ship a trained agent: a checkpoint cut down to its weights, as small as it can be without
+changing its scores, with the record of how it plays, for ``agents/``.
+
+    python bench/ship_agent.py RUN/a2c_best_reward agents/pong --episodes 30 \\
+        --command "python main.py --env-name PongNoFrameskip-v4 --seed 42 --num-updates 62500"
+
+1. The weights are played in float16 and in float32 on the same games (``--episodes`` games,
+   evaluation seed ``--seed``, ``--protocol``, sampled actions unless ``--deterministic``). The
+   float16 copy is shipped when every score equals the float32 copy's; otherwise float32.
+2. The shipped file records those scores (mean, spread, the seed and protocol, the env steps it
+   trained for, the command that trained it) and a short check, ``--check-episodes`` games that
+   ``tests/test_agents.py`` replays and must score exactly alike.
+
+Anyone plays it with ``python main.py --eval --load agents/NAME --episodes 10``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import main as cli  # noqa: E402
+from checkpoints import agent_file, atomic_save, load_checkpoint  # noqa: E402
+from utils import UsageError  # noqa: E402
+
+
+def play(path: str, episodes: int, seed: int, protocol: str, deterministic: bool) -> list[float]:
+    """The raw scores of ``episodes`` games of the agent at ``path``, as ``main.py --eval`` plays them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "scores.json")
+        argv = ["--eval", "--load", path, "--episodes", str(episodes), "--seed", str(seed), "--protocol", protocol,
+                "--json", out, "--no-cuda", "--threads", "1", *(["--deterministic"] if deterministic else [])]
+        if cli.main(argv) != 0:
+            raise UsageError(f"could not play {path}")
+        with open(out) as f:
+            return [float(s) for s in json.load(f)["scores"]]
+
+
+def ship(source: str, target: str, *, episodes: int, check_episodes: int, seed: int, protocol: str,
+         deterministic: bool, command: str) -> dict[str, Any]:
+    """Write the agent file ``target`` from checkpoint ``source``; its record."""
+    checkpoint = load_checkpoint(source)
+    scores: dict[torch.dtype, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in (torch.float32, torch.float16):
+            path = os.path.join(tmp, str(dtype).removeprefix("torch."))
+            atomic_save(agent_file(checkpoint, dtype), path)
+            scores[dtype] = play(path, episodes, seed, protocol, deterministic)
+    dtype = torch.float16 if scores[torch.float16] == scores[torch.float32] else torch.float32
+    kept = scores[dtype]
+    mean = sum(kept) / len(kept)
+    record = {"episodes": episodes, "seed": seed, "protocol": protocol, "deterministic": deterministic,
+              "scores": kept, "mean": mean, "std": (sum((s - mean) ** 2 for s in kept) / len(kept)) ** 0.5,
+              "float32_mean": sum(scores[torch.float32]) / episodes, "dtype": str(dtype).removeprefix("torch."),
+              "env_steps": int(checkpoint["step"]), "source": os.path.basename(source), "command": command}
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    atomic_save(agent_file(checkpoint, dtype, record), target)
+    record["check"] = {"episodes": check_episodes, "scores": play(target, check_episodes, seed, protocol,
+                                                                  deterministic)}
+    atomic_save(agent_file(checkpoint, dtype, record), target)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="a checkpoint of this project (a2c_best_reward, a2c_last, ...)")
+    p.add_argument("target", help="the agent file to write, e.g. agents/pong")
+    p.add_argument("--episodes", type=int, default=30, help="games the record is scored over")
+    p.add_argument("--check-episodes", type=int, default=2, help="games the test replays")
+    p.add_argument("--seed", type=int, default=42, help="evaluation seed (main.py --eval --seed)")
+    p.add_argument("--protocol", choices=["classic", "machado"], default="classic")
+    p.add_argument("--deterministic", action="store_true", help="the most probable action, not a sampled one")
+    p.add_argument("--command", default="", help="the command that trained it, for the record")
+    args = p.parse_args(argv)
+    if args.episodes < 1 or args.check_episodes < 1:
+        print("error: --episodes and --check-episodes must be positive", file=sys.stderr)
+        return 2
+    try:
+        record = ship(args.checkpoint, args.target, episodes=args.episodes, check_episodes=args.check_episodes,
+                      seed=args.seed, protocol=args.protocol, deterministic=args.deterministic, command=args.command)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    size = os.path.getsize(args.target)
+    print(f"{args.target}: {record['dtype']}, {size / 1024:.0f} KiB, {record['env_steps']} env steps; mean "
+          f"{record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
+          f"(float32: {record['float32_mean']:.2f}); check {record['check']['scores']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
