@@ -78,10 +78,10 @@ def algorithm(name: str) -> Algorithm:
 def check_algorithm_settings(config: Config, typed: set[str], flag_of: Callable[[str], str]) -> None:
     """The settings of one algorithm typed for a run of another are refused, not ignored."""
     mine = set(algorithm(config.algo).settings)
-    for name, other in ALGORITHMS.items():
-        for setting in other.settings:
-            if setting in typed and setting not in mine:
-                raise UsageError(f"{flag_of(setting)} is for --algo {name}")
+    for setting in sorted(typed - mine):
+        owners = [name for name, other in ALGORITHMS.items() if setting in other.settings]
+        if owners:
+            raise UsageError(f"{flag_of(setting)} is for --algo {' or '.join(owners)}")
 
 
 def make_agent(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",

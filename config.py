@@ -59,8 +59,8 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 # round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
 GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam",
                                  "lr": 3e-4, "lr_schedule": "constant", "num_updates": 1_000_000,
-                                 "max_env_steps": 1_000_000, "log_interval": 1, "histogram_interval": 10,
-                                 "checkpoint_interval": 10}
+                                 "max_env_steps": 1_000_000, "clip.epochs": 8, "clip.minibatches": 16,
+                                 "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
 
 
 # --algo ppo (vector-observation envs) starts from SB3's PPO rather than from its env's A2C recipe:
@@ -70,7 +70,7 @@ GRPO_DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "nu
 # An update holds thousands of env steps, so it logs, draws histograms and saves more often.
 PPO_DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates": 488, "optimizer": "adam",
                                 "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95, "entropy_coeff": 0.0,
-                                "normalize_advantages": True, "ppo.epochs": 10, "ppo.minibatches": 32,
+                                "normalize_advantages": True, "clip.epochs": 10, "clip.minibatches": 32,
                                 "speed.keep_graph": False, "log_interval": 1, "histogram_interval": 10,
                                 "checkpoint_interval": 10}
 PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -78,8 +78,8 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Its entropy coefficient is a tenth of the
     # Zoo's 0.01, whose agents play well only with --deterministic, and above 0, which left one seed
     # of ten short of landing (docs/control.md).
-    "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "ppo.epochs": 4,
-                       "ppo.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98, "entropy_coeff": 1e-3},
+    "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "clip.epochs": 4,
+                       "clip.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98, "entropy_coeff": 1e-3},
 }
 
 
@@ -135,12 +135,6 @@ class Group:
     scale_by_std: bool = True
     """Divide each advantage by its group's standard deviation; --no-group-std: the return minus the
     group's mean only, as Dr. GRPO (with --algo grpo)."""
-    clip_eps: float = 0.2
-    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo grpo)."""
-    update_epochs: int = 8
-    """Passes over each round's data (with --algo grpo)."""
-    minibatches: int = 16
-    """Minibatches of members per pass, one gradient step each (with --algo grpo)."""
     kl_coeff: float = 0.0
     """Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with --algo grpo)."""
     ref_interval: int = 10
@@ -148,15 +142,16 @@ class Group:
 
 
 @dataclass
-class PPO:
-    """Proximal policy optimization's settings (``--algo ppo``; ``ppo.py``): one block of a run's settings."""
+class Clipped:
+    """The clipped objective's settings (Schulman et al. 2017), one block that ``--algo ppo`` and
+    ``--algo grpo`` share (``ppo.py``, ``grpo.py``); GRPO's defaults are 8 epochs of 16 minibatches."""
     epochs: int = 10
-    """Passes over each rollout (with --algo ppo)."""
+    """Passes over each batch, a PPO rollout or a GRPO round (with --algo ppo or grpo)."""
     minibatches: int = 32
-    """Minibatches per pass, one clipped gradient step each: of samples, or of envs with --recurrent
-    (with --algo ppo)."""
-    clip_eps: float = 0.2
-    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo ppo)."""
+    """Minibatches per pass, one clipped gradient step each: of samples, of envs with --recurrent
+    (PPO), of group members (GRPO) (with --algo ppo or grpo)."""
+    eps: float = 0.2
+    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo ppo or grpo)."""
 
 
 @dataclass
@@ -245,8 +240,8 @@ class Config:
     optimization (ppo and grpo: vector-observation envs)."""
     group: Group = field(default_factory=Group)
     """GRPO's settings (see :class:`Group`)."""
-    ppo: PPO = field(default_factory=PPO)
-    """PPO's settings (see :class:`PPO`)."""
+    clip: Clipped = field(default_factory=Clipped)
+    """The clipped objective's settings of PPO and GRPO (see :class:`Clipped`)."""
     rollout_size: int = 5
     """Steps per env in one rollout: the n of n-step returns and the length of truncated BPTT."""
     num_updates: int = 125_000
@@ -339,6 +334,9 @@ class Config:
         for block, settings in values.items():
             if isinstance(settings, dict):
                 flat.update({f"{block}.{k}": v for k, v in settings.items()})
+        # Before PPO and GRPO shared the clipped objective's block, each had its own.
+        own = CLIPPED_BEFORE["group" if flat.get("algo") == "grpo" else "ppo"]
+        flat.update({new: flat[old] for old, new in own.items() if old in flat and new not in flat})
         known = set(setting_names())
         return with_settings(cls(), {**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in flat.items() if k in known}})
 
@@ -348,7 +346,11 @@ FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "i
               "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
               "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
               "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
-BLOCKS = {"curiosity": Curiosity, "group": Group, "ppo": PPO, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
+# Where the clipped objective's settings were, in configs saved before the ``clip`` block.
+CLIPPED_BEFORE = {"ppo": {"ppo.epochs": "clip.epochs", "ppo.minibatches": "clip.minibatches", "ppo.clip_eps": "clip.eps"},
+                  "group": {"group.update_epochs": "clip.epochs", "group.minibatches": "clip.minibatches",
+                            "group.clip_eps": "clip.eps"}}
+BLOCKS = {"curiosity": Curiosity, "group": Group, "clip": Clipped, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
 def setting_names() -> list[str]:

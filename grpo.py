@@ -205,7 +205,7 @@ class GRPOAgent(A2CAgent):
         group = config.group
         return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
                    max_grad_norm=config.max_grad_norm, gamma=config.gamma, group_size=group.size,
-                   clip_eps=group.clip_eps, update_epochs=group.update_epochs, minibatches=group.minibatches,
+                   clip_eps=config.clip.eps, update_epochs=config.clip.epochs, minibatches=config.clip.minibatches,
                    kl_coeff=group.kl_coeff, ref_interval=group.ref_interval, scale_by_std=group.scale_by_std,
                    intrinsic=intrinsic)
 
@@ -333,8 +333,8 @@ class GroupRunner(Runner):
 
 
 # Settings of --algo grpo only: typed for another algorithm they are refused rather than ignored.
-SETTINGS = tuple(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "clip_eps", "update_epochs",
-                                              "minibatches", "kl_coeff", "ref_interval"))
+SETTINGS = (*(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "kl_coeff", "ref_interval")),
+            "clip.epochs", "clip.minibatches", "clip.eps")
 
 
 def check(config: Config) -> None:

@@ -108,8 +108,8 @@ class PPOAgent(A2CAgent):
     @classmethod
     def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "PPOAgent":
         return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, epochs=config.ppo.epochs,
-                   minibatches=config.ppo.minibatches, clip_eps=config.ppo.clip_eps, value_coeff=config.value_coeff,
+                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, epochs=config.clip.epochs,
+                   minibatches=config.clip.minibatches, clip_eps=config.clip.eps, value_coeff=config.value_coeff,
                    gae_lambda=config.gae_lambda, normalize_advantages=config.normalize_advantages, intrinsic=intrinsic)
 
     def update(self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
@@ -143,7 +143,7 @@ class PPOAgent(A2CAgent):
 
 
 # Settings of --algo ppo only: typed for another algorithm they are refused rather than ignored.
-SETTINGS = ("ppo.epochs", "ppo.minibatches", "ppo.clip_eps")
+SETTINGS = ("clip.epochs", "clip.minibatches", "clip.eps")
 
 
 def check(config: Config) -> None:
@@ -151,6 +151,6 @@ def check(config: Config) -> None:
     if is_atari(config.env_name):
         raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
                          f"not on {config.env_name}")
-    if config.recurrent and config.ppo.minibatches > config.num_envs:
-        raise UsageError(f"--ppo-minibatches {config.ppo.minibatches} is more than --num-envs {config.num_envs}: with "
+    if config.recurrent and config.clip.minibatches > config.num_envs:
+        raise UsageError(f"--minibatches {config.clip.minibatches} is more than --num-envs {config.num_envs}: with "
                          f"--recurrent a minibatch holds whole envs")

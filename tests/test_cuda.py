@@ -73,7 +73,7 @@ def test_atari_options_train_on_the_gpu(tmp_path, capsys, flags):
 
 
 @pytest.mark.parametrize("flags", [
-    [*CARTPOLE, "--algo", "ppo", "--rollout-size", "16", "--ppo-minibatches", "4", "--num-updates", "2"],
+    [*CARTPOLE, "--algo", "ppo", "--rollout-size", "16", "--minibatches", "4", "--num-updates", "2"],
     [*CARTPOLE, "--algo", "grpo", "--group-size", "2", "--horizon", "40", "--num-updates", "2"],
     ["--env-name", "Pendulum-v1", "--num-envs", "4", "--sde", "--no-progress", "--num-updates", "4"],
     [*CARTPOLE, "--recurrent", "--num-updates", "4"]])

@@ -23,8 +23,8 @@ from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-PPO = ["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "16", "--ppo-epochs", "2",
-       "--ppo-minibatches", "4", "--no-progress", "--no-cuda", "--threads", "1"]
+PPO = ["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "16", "--epochs", "2",
+       "--minibatches", "4", "--no-progress", "--no-cuda", "--threads", "1"]
 
 
 # ------------------------------------------------------------------------------------------------ formulas
@@ -145,11 +145,11 @@ def test_an_update_takes_epochs_times_minibatches_steps_and_moves_the_policy(rec
 
 def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
     generic = defaults_for("CartPole-v1", vector=True, algo="ppo")
-    assert generic["optimizer"] == "adam" and generic["lr"] == 3e-4 and generic["ppo.epochs"] == 10
-    assert generic["num_envs"] * generic["rollout_size"] == 2048 and generic["ppo.minibatches"] == 2048 // 64
+    assert generic["optimizer"] == "adam" and generic["lr"] == 3e-4 and generic["clip.epochs"] == 10
+    assert generic["num_envs"] * generic["rollout_size"] == 2048 and generic["clip.minibatches"] == 2048 // 64
     lander = defaults_for("LunarLander-v3", vector=True, algo="ppo")
     assert lander["num_envs"] * lander["rollout_size"] * lander["num_updates"] <= 1_000_000
-    assert lander["num_envs"] * lander["rollout_size"] // lander["ppo.minibatches"] == 64
+    assert lander["num_envs"] * lander["rollout_size"] // lander["clip.minibatches"] == 64
     assert lander["entropy_coeff"] == 1e-3 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
 
 
@@ -162,7 +162,7 @@ def test_a_ppo_run_through_main_checkpoints_resumes_and_plays(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = os.path.join(run_dir, "a2c_last")
     first = checkpoints.load_checkpoint(last)
-    assert first["config"]["algo"] == "ppo" and first["config"]["ppo"] == {"epochs": 2, "minibatches": 4, "clip_eps": 0.2}
+    assert first["config"]["algo"] == "ppo" and first["config"]["clip"] == {"epochs": 2, "minibatches": 4, "eps": 0.2}
     assert first["optimizer_name"] == "adam" and not first["config"]["speed"]["keep_graph"]
     steps = lambda data: {float(s["step"]) for s in data["optimizer"]["state"].values()}  # noqa: E731
     assert steps(first) == {2 * 2 * 4}
@@ -201,8 +201,8 @@ def test_ppo_learns_cartpole(tmp_path):
 
 @pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"])])
 def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
-    argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--ppo-epochs", "2",
-            "--ppo-minibatches", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
+    argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--epochs", "2",
+            "--minibatches", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
             "--log-dir", str(tmp_path), *flags]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
@@ -214,22 +214,28 @@ def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags)
 
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
-    ([*PPO, "--recurrent", "--ppo-minibatches", "8"], "--ppo-minibatches 8 is more than --num-envs 4"),
-    (["--env-name", "CartPole-v1", "--ppo-epochs", "3"], "--ppo-epochs is for --algo ppo"),
-    (["--env-name", "CartPole-v1", "--algo", "grpo", "--ppo-clip-eps", "0.1"], "--ppo-clip-eps is for --algo ppo"),
-    ([*PPO, "--update-epochs", "3"], "--update-epochs is for --algo grpo"),
-    ([*PPO, "--ppo-clip-eps", "0"], "--ppo-clip-eps"),
+    ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than --num-envs 4"),
+    (["--env-name", "CartPole-v1", "--epochs", "3"], "--epochs is for --algo ppo or grpo"),
+    ([*PPO, "--kl-coeff", "0.1"], "--kl-coeff is for --algo grpo"),
+    ([*PPO, "--clip-eps", "0"], "--clip-eps"),
 ])
 def test_bad_ppo_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
     assert not os.listdir(tmp_path)  # refused before a run directory was made
 
 
-def test_the_config_round_trips_ppo_settings():
+def test_the_config_round_trips_the_clipped_objective_and_reads_each_algorithm_s_older_block():
     config = Config(algo="ppo")
-    config.ppo.epochs, config.ppo.clip_eps = 7, 0.1
+    config.clip.epochs, config.clip.eps = 7, 0.1
     again = Config.from_dict(config.to_dict())
-    assert again.algo == "ppo" and again.ppo.epochs == 7 and again.ppo.clip_eps == 0.1
+    assert again.algo == "ppo" and again.clip.epochs == 7 and again.clip.eps == 0.1
+    # Saved before PPO and GRPO shared one block: each algorithm's own block is the one it trained with.
+    older = {"ppo": {"epochs": 4, "minibatches": 256, "clip_eps": 0.2},
+             "group": {"size": 8, "clip_eps": 0.3, "update_epochs": 8, "minibatches": 16}}
+    ppo_run = Config.from_dict({"algo": "ppo", **older}).clip
+    grpo_run = Config.from_dict({"algo": "grpo", **older})
+    assert (ppo_run.epochs, ppo_run.minibatches, ppo_run.eps) == (4, 256, 0.2)
+    assert (grpo_run.clip.epochs, grpo_run.clip.minibatches, grpo_run.clip.eps, grpo_run.group.size) == (8, 16, 0.3, 8)
 
 
 def test_sigint_stops_a_ppo_run_after_its_update_and_it_resumes(tmp_path):
