@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
-ARCHS = ("universe", "nature")  # the conv encoders of model.py
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
 ALGOS = ("a2c", "ppo", "grpo")  # agent.A2CAgent, ppo.PPOAgent (A2C's rollouts reused), grpo.GRPOAgent (critic-free)
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import (ARCHS, OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, field_doc, get_setting,
+from config import (OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, field_doc, get_setting,
                     setting_names, with_settings)
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
@@ -68,7 +68,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     switch("--normalize-obs", "normalize_obs")
     switch("--normalize-reward", "normalize_reward")
     flag("--seed", field="seed", type=parse_seed)
-    flag("--arch", field="arch", choices=list(ARCHS))
+    flag("--arch", field="arch", metavar="NAME")
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
     flag("--mlp-width", field="mlp_width", type=positive_int, metavar="N")

@@ -16,7 +16,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from config import ARCHS
 
 State = tuple[torch.Tensor, ...]  # (h, c) for the LSTM, () for the feed-forward variant
 
@@ -119,8 +118,8 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
     ``universe``: :class:`ConvEncoder` (the universe-starter-agent and curiosity-paper network);
     ``nature``: :class:`NatureEncoder`.
     """
-    if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
+    if arch not in CONV_ENCODERS:
+        raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(CONV_ENCODERS)})")
     if len(obs_shape) == 1:
         return MLPEncoder(int(obs_shape[0]), mlp_width)
     if len(obs_shape) != 3:
@@ -129,6 +128,9 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
     if arch == "universe":
         return ConvEncoder(obs_shape[0], channels_last, cpu_chunk)
     return NatureEncoder(obs_shape, channels_last)
+
+
+CONV_ENCODERS = ("universe", "nature")  # the names --arch takes
 
 
 class LayerNormLSTMCell(nn.Module):
@@ -339,7 +341,7 @@ class ActorCritic(nn.Module):
         with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
             yield
 
-    def _core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
+    def step_core(self, features: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, State]:
         """One recurrent step. Envs whose observation starts an episode begin from a zero state."""
         if not self.recurrent:
             return features, ()
@@ -349,44 +351,12 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
-        out, state = self._core(self.encode(obs), state, episode_starts)
+        out, state = self.step_core(self.encode(obs), state, episode_starts)
         return self.policy_out(out), self.values(out, obs), state
 
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
         return self.forward(obs, state, episode_starts)[1]
-
-    def gate_preactivations(self, features: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """The LSTM gates' pre-activations ``[N, 4H]`` for features ``[N, F]`` and state ``h``, in
-        either cell: where they pass +-3 their gradient nearly vanishes."""
-        if isinstance(self.lstm, LayerNormLSTMCell):
-            return self.lstm.gates(features, h)
-        return F.linear(features, self.lstm.weight_ih, self.lstm.bias_ih) + \
-            F.linear(h, self.lstm.weight_hh, self.lstm.bias_hh)
-
-    @torch.inference_mode()
-    def core_health(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> dict[str, float]:
-        """How alive the encoder and the recurrent core are on one step of N envs (N >= 2).
-
-        ``feature_mean_abs``: mean |feature| of the encoder (after the layer norm with
-        ``feature_norm``, where it stays near 0.8 and cannot show a blow-up); ``gate_saturation``: share of the LSTM's
-        gate pre-activations beyond +-3 (sigmoid 0.95, tanh 0.995), where their gradient nearly
-        vanishes; ``output_std`` and ``value_std``: spread across envs of the core's output (mean
-        over units) and of the value. A dead core gives the same output for every frame: its
-        output and value spreads fall to ~0 while its gates saturate.
-        """
-        features = self.encode(obs)
-        health = {"feature_mean_abs": float(features.abs().mean())}
-        out, _ = self._core(features, state, episode_starts)
-        if self.recurrent:
-            keep = (1.0 - episode_starts).unsqueeze(1)
-            gates = self.gate_preactivations(features, state[0] * keep)
-            health["gate_saturation"] = float((gates.abs() > 3).float().mean())
-        core = out[:, -self.hidden_size:] if self.core_skip else out  # the LSTM's own output
-        health["output_std"] = float(core.std(0).mean())
-        if self.critic is not None:
-            health["value_std"] = float(self.values(out, obs).std())
-        return health
 
     def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
         """T steps for N envs at once: ``obs [T, N, ...]``, ``episode_starts [T, N]``.
@@ -400,7 +370,7 @@ class ActorCritic(nn.Module):
         if self.recurrent:
             outputs = []
             for t in range(T):
-                out, state = self._core(features[t], state, episode_starts[t])
+                out, state = self.step_core(features[t], state, episode_starts[t])
                 outputs.append(out)
             core = torch.stack(outputs)
         else:

@@ -29,6 +29,7 @@ from checkpoints import Checkpoints, TrainingState
 from config import Config
 from control import RunContext, StopSignals
 from devices import HostToDevice
+from diagnostics import core_health
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
@@ -299,10 +300,10 @@ class Runner:
 
     def _log_core_health(self) -> None:
         """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
-        ``ActorCritic.core_health``); warns once if the LSTM has collapsed to one output for all frames."""
+        ``diagnostics.core_health``); warns once if the LSTM has collapsed to one output for all frames."""
         if self.config.num_envs < 2 or not self.context.is_main:
             return
-        health = self.agent.model.core_health(self.obs, self.recurrent_state, self.episode_starts)
+        health = core_health(self.agent.model, self.obs, self.recurrent_state, self.episode_starts)
         for name, value in health.items():
             self.metrics.scalar(f"core/{name}", value, self.state.step)
         if (not self.warned_dead_core and health.get("gate_saturation", 0.0) > 0.5

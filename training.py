@@ -22,6 +22,7 @@ from devices import describe, nondeterministic_parts, pick_device
 from envs import action_size, check_env, is_atari, make_vec_env
 from evaluate import PeriodicEvaluator
 from normalize import load as load_normalizer, normalized
+from model import CONV_ENCODERS
 from perf import has_fast_bf16
 from randomize import check_randomizable
 from runner import save_settings
@@ -39,6 +40,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 
     context = distributed.context_from_environment()
     algo = algorithm(config.algo)
+    if config.arch not in CONV_ENCODERS:
+        raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if checkpoint is not None:

@@ -216,7 +216,7 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     (["--eval"], "--eval needs --load"),
     (["--json", "out.json"], "--json is for --eval"),
     (["--stochastic"], "--deterministic/--stochastic is for --eval"),
-    (["--arch", "resnet"], "--arch: invalid choice: 'resnet'"),
+    (["--arch", "resnet"], "unknown --arch 'resnet' (one of universe, nature)"),
     (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
     (["--seed", "-1"], "--seed: expected an integer from 0 to 1073741823, got '-1'"),
     (["--seed", "1073741824"], "--seed: expected an integer from 0 to 1073741823"),

@@ -9,6 +9,7 @@ import torch
 from torch.testing import assert_close
 
 import checkpoints
+from diagnostics import core_health
 from agent import RMSpropTF, make_optimizer
 from algorithms import load_agent, make_agent
 from config import Config
@@ -69,14 +70,14 @@ def test_plain_lstm_stays_alive_with_tensorflows_rmsprop_and_collapses_with_torc
     torch.optim.RMSprop the same run collapses: features grow ~5x, most gates saturate, every env
     gets the same output, and the runner says so once."""
     runner, scalars = _train_on_pong(make_runner, tmp_path, "tf", optimizer="rmsprop", **PLAIN)
-    health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
+    health = core_health(runner.agent.model, runner.obs, runner.recurrent_state, runner.episode_starts)
     assert health["gate_saturation"] < 0.05
     assert health["output_std"] > 1e-3 and health["value_std"] > 1e-3
     assert len(scalars.values("core/gate_saturation")) == 4 and max(scalars.values("core/gate_saturation")) < 0.05
     assert "warning: the LSTM gives the same output" not in capsys.readouterr().err
 
     runner, scalars = _train_on_pong(make_runner, tmp_path, "torch", optimizer="torch-rmsprop", **PLAIN)
-    health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
+    health = core_health(runner.agent.model, runner.obs, runner.recurrent_state, runner.episode_starts)
     assert health["gate_saturation"] > 0.3
     assert health["output_std"] < 3e-4 and health["value_std"] < 3e-4
     assert scalars.values("core/feature_mean_abs")[-1] > 3 * 0.66  # 0.66 with TensorFlow's RMSprop
@@ -91,7 +92,7 @@ def test_default_layer_norm_lstm_stays_alive_under_torchs_rmsprop(make_runner, t
     grows back as it learns: 0.03 after 277k env steps and 0.1 after 647k on Pong, docs/recurrent.md.)"""
     runner, scalars = _train_on_pong(make_runner, tmp_path, "default")
     assert runner.config.optimizer == "torch-rmsprop" and runner.agent.model.spec["lstm_norm"]
-    health = runner.agent.model.core_health(runner.obs, runner.recurrent_state, runner.episode_starts)
+    health = core_health(runner.agent.model, runner.obs, runner.recurrent_state, runner.episode_starts)
     assert health["gate_saturation"] < 0.15
     assert health["value_std"] > 1e-3, health
     assert max(scalars.values("core/gate_saturation")) < 0.15
@@ -102,7 +103,7 @@ def test_core_health_of_a_feed_forward_network_has_no_gates():
     torch.manual_seed(0)
     model = ActorCritic((4, 84, 84), 6, recurrent=False)
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
-    health = model.core_health(obs, (), torch.zeros(3))
+    health = core_health(model, obs, (), torch.zeros(3))
     assert set(health) == {"feature_mean_abs", "output_std", "value_std"}
     assert health["output_std"] > 0 and health["value_std"] > 0
 
@@ -224,7 +225,7 @@ def test_layer_norm_lstm_cell_by_its_formula_and_it_survives_weights_grown_100x(
         model = ActorCritic((4, 84, 84), 6, lstm_norm=norm)
         with torch.no_grad():
             model.lstm.weight_ih.mul_(100.0)
-        health[norm] = model.core_health(obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1),
+        health[norm] = core_health(model, obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1),
                                          torch.zeros(16))
     assert health[False]["gate_saturation"] > 0.8
     assert health[True]["gate_saturation"] < 0.05 and health[True]["output_std"] > 0.05
