@@ -12,7 +12,7 @@ from torch.distributions import Categorical, Distribution
 from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
 from model import ActorCritic, State
-from storage import Batch, RolloutStorage, compute_returns
+from storage import Batch, RolloutStorage, compute_returns, shuffled_minibatches
 from checkpoints import load_checkpoint
 from devices import channels_last_for
 from utils import UsageError, explained_variance, read_back
@@ -307,6 +307,26 @@ class A2CAgent:
             return stats
         self.optimizer.step()
         return stats
+
+    def minibatch_epochs(self, units: torch.Tensor, epochs: int, minibatches: int,
+                         loss_of: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+                         generator: Optional[torch.Generator] = None) -> tuple[dict[str, float], int, int]:
+        """``epochs`` shuffled passes over ``units`` in ``minibatches`` minibatches (at most one a
+        unit), one :meth:`step` on ``loss_of(minibatch)`` each (PPO's and GRPO's updates). Returns
+        the mean of each statistic over the steps taken, the steps taken, and the steps a
+        non-finite loss skipped."""
+        sums: dict[str, float] = {}
+        steps = skipped = 0
+        for _ in range(epochs):
+            for part in shuffled_minibatches(units, min(minibatches, len(units)), generator):
+                result = self.step(loss_of(part))
+                if result["skipped"]:
+                    skipped += 1
+                    continue
+                steps += 1
+                for name, value in result.items():
+                    sums[name] = sums.get(name, 0.0) + value
+        return {name: value / max(steps, 1) for name, value in sums.items()}, steps, skipped
 
     def reduce_gradients(self) -> None:
         """Hook between backward and clipping: a data-parallel run averages the gradients of every

@@ -234,20 +234,10 @@ class GRPOAgent(A2CAgent):
             return stats
         # Only members that train are split into minibatches (the others weigh 0 in every loss).
         members = torch.nonzero(batch.informative.repeat_interleave(self.group_size)).squeeze(1).to(self.device)
-        chunks = min(self.minibatches, len(members))
-        sums: dict[str, float] = {}
-        steps = 0
-        for _ in range(self.update_epochs):
-            order = members[torch.randperm(len(members), generator=generator).to(self.device)]
-            for part in torch.tensor_split(order, chunks):
-                result = self.step(self.loss(batch, part, ref_log_probs))
-                if result["skipped"]:
-                    stats["skipped"] = 1.0
-                    continue
-                steps += 1
-                for name, value in result.items():
-                    sums[name] = sums.get(name, 0.0) + value
-        stats.update({name: value / max(steps, 1) for name, value in sums.items() if name != "skipped"})
+        means, _, skipped = self.minibatch_epochs(members, self.update_epochs, self.minibatches,
+                                                  lambda part: self.loss(batch, part, ref_log_probs), generator)
+        stats.update({name: value for name, value in means.items() if name != "skipped"})
+        stats["skipped"] = float(skipped > 0)
         self._refresh_reference(index)
         return stats
 

@@ -122,21 +122,9 @@ class PPOAgent(A2CAgent):
         if on_loss is not None:
             with torch.no_grad():
                 on_loss(float(self.minibatch_loss(batch)["total"]))
-        count = self.samples(batch)
-        chunks = min(self.minibatches, count)
-        sums: dict[str, float] = {}
-        steps, skipped = 0, 0
-        for _ in range(self.epochs):
-            order = torch.randperm(count, generator=generator).to(self.device)
-            for part in torch.tensor_split(order, chunks):
-                result = self.step(self.minibatch_loss(batch, part))
-                if result["skipped"]:
-                    skipped += 1
-                    continue
-                steps += 1
-                for name, value in result.items():
-                    sums[name] = sums.get(name, 0.0) + value
-        stats = {name: value / max(steps, 1) for name, value in sums.items()}
+        samples = torch.arange(self.samples(batch), device=self.device)
+        stats, steps, skipped = self.minibatch_epochs(samples, self.epochs, self.minibatches,
+                                                      lambda part: self.minibatch_loss(batch, part), generator)
         stats["skipped"], stats["ppo/skipped_steps"] = float(steps == 0), float(skipped)
         stats.update(read_back(rollout_stats(batch)))
         return stats

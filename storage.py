@@ -10,7 +10,7 @@ Signals, one name each, used the same way everywhere in the project:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -171,3 +171,11 @@ class RolloutStorage:
         return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
                      returns=returns, advantages=advantages, values=self.values, log_probs=self.log_probs,
                      initial_state=self.initial_state, outputs=outputs, **extra)
+
+
+def shuffled_minibatches(units: torch.Tensor, minibatches: int,
+                         generator: Optional[torch.Generator] = None) -> Iterator[torch.Tensor]:
+    """One pass over ``units`` (indices into a batch: PPO's samples or envs, GRPO's members) in a
+    random order drawn from ``generator``, in ``minibatches`` parts as equal as they split."""
+    order = torch.randperm(len(units), generator=generator).to(units.device)
+    yield from torch.tensor_split(units[order], minibatches)
