@@ -7,16 +7,10 @@ from typing import Any, Optional
 
 
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
-ALGOS = ("a2c", "ppo", "grpo")  # agent.A2CAgent, ppo.PPOAgent (A2C's rollouts reused), grpo.GRPOAgent (critic-free)
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
-# Seeds are below 2**30, so every env seed made from one (see env_seed, plus an env index) stays
-# below 2**31, the largest seed ale-py takes.
-SEED_LIMIT = 2**30
 # What a saved config without a setting meant: it was written before the setting existed, and ran
 # the network and optimizer of that time (the defaults changed since; docs/recurrent.md).
 ABSENT_FROM_OLDER_CONFIGS = {"feature_norm": False, "lstm_norm": False, "core_skip": False}
-EVAL_SEED_OFFSET = 1_000_000  # evaluation envs play games apart from the training envs'
-RESUME_SEED_STRIDE = 7919  # a resumed run's envs move this far past the seed per update already done
 
 
 # Settings that differ from the defaults (Atari's) for other envs, as the RL Zoo's hyperparameter
@@ -89,18 +83,6 @@ def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, An
         return {**VECTOR_DEFAULTS, **PPO_DEFAULTS, **PPO_ENV_DEFAULTS.get(env_name, {})}
     family = {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
     return {**family, **GRPO_DEFAULTS} if algo == "grpo" else family
-
-
-def env_seed(seed: int, *, update: int = 0, evaluation: bool = False) -> int:
-    """The seed of env 0 of a vector (env i gets this + i); every env seed of a run comes from here.
-
-    Training envs start at ``seed``; a run resumed at ``update`` moves past the seeds it already used
-    (so it does not replay their games) and wraps below :data:`SEED_LIMIT` however long the run;
-    evaluation envs (``--eval`` and ``--eval-interval``) are ``EVAL_SEED_OFFSET`` apart.
-    """
-    if evaluation:
-        return seed + EVAL_SEED_OFFSET
-    return (seed + update * RESUME_SEED_STRIDE) % SEED_LIMIT
 
 
 @dataclass

@@ -112,20 +112,6 @@ def stop(context: RunContext) -> None:
         dist.destroy_process_group()
 
 
-def env_seed_of_rank(first_seed: int, num_envs: int, context: RunContext) -> int:
-    """The seed of this rank's env 0: rank r's envs take the ``num_envs`` seeds after rank r-1's, so
-    no two envs of the run play the same seed (env i of rank r: ``first_seed + r * num_envs + i``)."""
-    return first_seed + context.rank * num_envs
-
-
-def sampling_seed(seed: int, rank: int, update: int = 0) -> int:
-    """The seed of rank ``rank``'s random streams (action sampling) from ``update`` on: rank 0 keeps
-    the run's seed, every other rank a stream of its own, drawn from (seed, rank, update)."""
-    if rank == 0:
-        return seed
-    return int(np.random.SeedSequence([seed, rank, update]).generate_state(1)[0])
-
-
 def broadcast_parameters(modules: Sequence[torch.nn.Module], context: RunContext) -> None:
     """Every rank takes rank 0's weights and buffers (each rank also built them from the same seed;
     this makes them equal bit for bit whatever happened before, a resume included)."""

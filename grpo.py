@@ -39,18 +39,14 @@ import numpy as np
 import torch
 
 from agent import A2CAgent
-from config import SEED_LIMIT, Config
+from config import Config
 from envs import is_atari
 from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
 from runner import Runner
+from seeds import group_seeds
 from utils import UsageError
-
-# Groups' reset seeds start this far past the run's seed, above the evaluation envs' seeds
-# (config.EVAL_SEED_OFFSET past it), and climb from there: they meet those again only after
-# wrapping at config.SEED_LIMIT, hundreds of millions of groups later.
-GROUP_SEED_OFFSET = 5_000_000
 
 # Returns of a group closer together than this count as equal: the group is skipped.
 EQUAL_RETURNS = 1e-6
@@ -256,14 +252,6 @@ class GRPOAgent(A2CAgent):
         super().load(checkpoint, path)
         if self.reference is not None:
             self.reference.load_state_dict(checkpoint.get("reference", self.model.state_dict()))
-
-
-def group_seeds(seed: int, round_index: int, groups: int, group_size: int) -> list[int]:
-    """Reset seeds of the ``groups x group_size`` envs in round ``round_index`` of a run seeded
-    ``seed``: group g's members all get the same seed, and no two groups of a run share one
-    (below :data:`config.SEED_LIMIT`, after which they wrap)."""
-    first = seed + GROUP_SEED_OFFSET + round_index * groups
-    return [(first + g) % SEED_LIMIT for g in range(groups) for _ in range(group_size)]
 
 
 class GroupRunner(Runner):

@@ -13,8 +13,9 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import (OPTIMIZERS, RANDOMIZE_EVERY, SEED_LIMIT, Config, defaults_for, field_doc, get_setting,
+from config import (OPTIMIZERS, RANDOMIZE_EVERY, Config, defaults_for, field_doc, get_setting,
                     setting_names, with_settings)
+from seeds import SEED_LIMIT
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
 # the number of envs (the recurrent state's shape), the seed, the optimizer (its saved state) and

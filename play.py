@@ -8,13 +8,14 @@ from typing import Any, Optional
 
 from agent import load_model
 from checkpoints import check_checkpoint_fits
-from config import Config, env_seed
+from config import Config
 from devices import describe, pick_device
 from envs import action_size, is_atari
 from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
 from normalize import load as load_normalizer, normalized
 from physics_grid import draw_heatmaps, evaluate_grid
 from randomize import check_randomizable
+from seeds import env_seed
 from utils import UsageError, probe_writable, seed_everything
 
 

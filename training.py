@@ -17,7 +17,7 @@ from torch.utils.tensorboard import SummaryWriter
 import distributed
 from algorithms import algorithm, make_agent
 from checkpoints import TrainingState, catch_up_bests, check_checkpoint_fits, restore
-from config import Config, env_seed
+from config import Config
 from devices import describe, nondeterministic_parts, pick_device
 from envs import action_size, check_env, is_atari, make_vec_env
 from evaluate import PeriodicEvaluator
@@ -26,6 +26,7 @@ from model import CONV_ENCODERS
 from perf import has_fast_bf16
 from randomize import check_randomizable
 from runner import save_settings
+from seeds import env_seed, sampling_seed
 from utils import UsageError, probe_writable, seed_everything
 
 
@@ -81,8 +82,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
-    first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0)
-    first_seed = distributed.env_seed_of_rank(first_seed, config.num_envs, context)
+    # Each rank's envs take seeds of their own.
+    first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0, rank=context.rank,
+                          num_envs=config.num_envs)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
                         config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
@@ -102,7 +104,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         # Every input is checked: the ranks meet. The same weights on every rank, and action
         # sampling from a random stream of each rank's own.
         if context.rank > 0:
-            seed_everything(distributed.sampling_seed(config.seed, context.rank, state.update))
+            seed_everything(sampling_seed(config.seed, context.rank, state.update))
         distributed.start(context, device)
         distributed.check_same_run(config, state.update, context)
         distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)

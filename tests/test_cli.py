@@ -228,7 +228,7 @@ def test_bad_input_one_line_exit_2(argv, message, one_line_error):
 
 def test_every_env_seed_a_run_makes_is_one_ale_py_takes():
     from ale_vec_env import AleVecEnv
-    from config import SEED_LIMIT, env_seed
+    from seeds import SEED_LIMIT, env_seed
 
     assert (env_seed(42), env_seed(42, update=3)) == (42, 42 + 3 * 7919)
     for update in (271_200, 10**9):  # a resumed long run: its offset wraps, it does not overflow

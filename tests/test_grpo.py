@@ -18,7 +18,8 @@ import utils
 from algorithms import make_agent
 from config import Config, Group
 from envs import action_size, make_vec_env
-from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, group_seeds, grpo_loss,
+from seeds import group_seeds
+from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, grpo_loss,
                   k3_kl)
 from model import ActorCritic
 
