@@ -16,19 +16,24 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
 
 import ale_py
 import gymnasium as gym
+from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
 from ale_vec_env import AleVecEnv
 from control import workers_ignore_stop_signals
 from gym_vec_env import GymVecEnv
 from randomize import physics_wrapper
-from utils import UsageError
+from utils import UsageError, frame_cap, probe_writable
+from video import GameRecorder
 
 gym.register_envs(ale_py)
 
@@ -168,3 +173,126 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
         venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
                               env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
     return stack_frames(venv, n_stack)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+# The envs of ``main.py --eval`` and of the periodic evaluation: the games under an evaluation
+# protocol (evaluate.py's docstring describes both).
+PROTOCOLS = ("classic", "machado")
+MACHADO_MAX_FRAMES = 108_000  # 30 minutes of play at 60 frames a second
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What an evaluation protocol sets in the emulator and the Atari wrapper."""
+
+    repeat_action_probability: float
+    noop_max: int
+    max_episode_frames: Optional[int]  # a time limit on top of the id's own; None: the id's own only
+
+
+PROTOCOL_SETTINGS = {
+    "classic": Protocol(repeat_action_probability=0.0, noop_max=30, max_episode_frames=None),
+    "machado": Protocol(repeat_action_probability=0.25, noop_max=0, max_episode_frames=MACHADO_MAX_FRAMES),
+}
+
+
+def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
+                   full_action_space: bool = False, video_dir: Optional[str] = None,
+                   max_episodes_per_env: Union[int, Sequence[int], None] = None,
+                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> VecEnv:
+    """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
+    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``). Any other
+    env is played as in training, in gymnasium's vector env (``gym_vec_env.GymVecEnv``), under
+    the classic protocol only (the protocols' settings are the emulator's).
+
+    ``vec_env`` is the env path the agent was trained on, so that it plays with the same
+    preprocessing: ``ale`` (ale-py's C++ vector env, the training default) or SB3's wrappers
+    (``dummy``/``subproc``, which after a lost life zero the frame stack and press FIRE, where the
+    ``ale`` path leaves both to the agent). Videos need each game's screen, which the C++ envs do
+    not expose, so with ``video_dir`` Atari games are played through SB3's wrappers whatever
+    ``vec_env``, in this process; other envs are then made with ``render_mode="rgb_array"`` and
+    played in this process too (``GymVecEnv``'s ``sync`` mode), as the recorders write files.
+
+    Env i is seeded with ``seed + i``. ``full_action_space`` (machado only) plays with all 18
+    actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames
+    (steps, for other envs; a time-limit truncation, meant for short test games). With
+    ``video_dir`` (made if missing), env i records its games there (see `GameRecorder`), at most
+    ``max_episodes_per_env`` of them (an int for every env, or one per env; None: all). Episode
+    numbers are unique across envs, for Atari and other envs alike: with one cap per env (e.g.
+    `episode_shares`) env i numbers its games after the caps of envs 0..i-1, so the numbers run
+    1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap; without caps,
+    the k-th game of env i is number ``k * num_envs + i + 1``.
+    """
+    if protocol not in PROTOCOL_SETTINGS:
+        raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
+    if full_action_space and protocol != "machado":
+        raise UsageError("--full-action-space belongs to --protocol machado (the classic protocol plays the "
+                         "minimal action set)")
+    check_env_id(env_name)
+    atari = is_atari(env_name)
+    if not atari and protocol != "classic":
+        raise UsageError(f"--protocol {protocol} is for Atari games, not {env_name} (it plays the classic protocol)")
+
+    caps: list[Optional[int]]
+    if max_episodes_per_env is None or isinstance(max_episodes_per_env, int):
+        caps = [max_episodes_per_env] * num_envs
+    else:
+        caps = [int(c) for c in max_episodes_per_env]
+        if len(caps) != num_envs:
+            raise ValueError(f"max_episodes_per_env has {len(caps)} entries for {num_envs} envs")
+    if video_dir is not None:
+        try:
+            os.makedirs(video_dir, exist_ok=True)
+            probe_writable(video_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot write videos to '{video_dir}': {exc.strerror or exc}") from None
+
+    def record(rank: int, env: gym.Env) -> gym.Env:
+        """Env ``rank`` with its `GameRecorder`, numbered as the docstring says (unchanged without videos)."""
+        if video_dir is None:
+            return env
+        if caps[rank] is None:
+            first, stride = rank + 1, num_envs
+        else:
+            first, stride = 1 + sum(caps[:rank]), 1  # type: ignore[arg-type]
+        return GameRecorder(env, video_dir, f"env{rank:02d}", first_episode=first, episode_stride=stride,
+                            max_games=caps[rank])
+
+    if not atari:
+        if video_dir is None:
+            return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames)
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
+        return GymVecEnv(env_name, num_envs, seed, "sync", [{"render_mode": "rgb_array"}] * num_envs,
+                         max_episode_frames, wrap=record)
+
+    settings = PROTOCOL_SETTINGS[protocol]
+    env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
+                                  "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}
+    cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
+    if cap is not None:
+        env_kwargs["max_episode_steps"] = int(cap)
+    if vec_env == "ale" and video_dir is None:
+        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames=cap,
+                         repeat_action_probability=settings.repeat_action_probability,
+                         full_action_space=bool(full_action_space), noop_max=settings.noop_max)
+
+    def make_env(rank: int):
+        def _init() -> gym.Env:
+            env = _make_ale(env_name, **env_kwargs)
+            env.action_space.seed(seed + rank)
+            return AtariWrapper(Monitor(record(rank, env)), noop_max=settings.noop_max)
+        return _init
+
+    venv = DummyVecEnv([make_env(i) for i in range(num_envs)])
+    venv.seed(seed)
+    return stack_frames(venv, n_stack)
+
+
+def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:
+    """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
+    limit, whichever is smaller); None when neither limits it."""
+    if not is_atari(env_name):  # steps, not frames: the cap given, or the env's own time limit
+        return max_episode_frames if max_episode_frames is not None else gym.registry[env_name].max_episode_steps
+    limit = max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames
+    return frame_cap(gym.registry[env_name].kwargs.get("max_num_frames_per_episode"), limit)

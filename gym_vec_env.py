@@ -54,7 +54,7 @@ class GymVecEnv(VecEnv):
     the script that trains must then guard its entry point with ``if __name__ == "__main__":``).
 
     ``wrap``, when given, wraps each env under its ``RecordEpisodeStatistics``: env i is
-    ``RecordEpisodeStatistics(wrap(i, gym.make(env_id, ...)))`` (e.g. ``evaluate.GameRecorder``,
+    ``RecordEpisodeStatistics(wrap(i, gym.make(env_id, ...)))`` (e.g. ``video.GameRecorder``,
     which needs ``render_mode="rgb_array"`` in ``env_kwargs``; a wrapper that writes files is
     best run in ``sync`` mode).
     """

@@ -10,8 +10,8 @@ from agent import load_model
 from checkpoints import check_checkpoint_fits
 from config import Config
 from devices import describe, pick_device
-from envs import action_size, is_atari
-from evaluate import effective_frame_cap, episode_shares, evaluate, make_eval_envs, summarize, write_json
+from envs import action_size, effective_frame_cap, is_atari, make_eval_envs
+from evaluate import episode_shares, evaluate, summarize, write_json
 from normalize import load as load_normalizer, normalized
 from physics_grid import draw_heatmaps, evaluate_grid
 from randomize import check_randomizable
@@ -28,7 +28,7 @@ def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str
     ``config`` holds the flags of this command, ``settings`` the run's own with the flags allowed on
     top (``main.settings_from_checkpoint``), ``checkpoint`` the file read from ``load``. ``env_name``
     plays another id of the same game. The envs follow the evaluation ``protocol`` (see
-    ``evaluate.make_eval_envs``); ``max_frames`` (a typed ``--max-episode-frames``) replaces its cap
+    ``envs.make_eval_envs``); ``max_frames`` (a typed ``--max-episode-frames``) replaces its cap
     on a game's length (the training run's cap is not inherited). ``eval_envs`` envs (default min(episodes, 8), never more than ``episodes``) play
     in parallel, seeded apart from any training envs.
     """

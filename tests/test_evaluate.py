@@ -20,7 +20,9 @@ from stable_baselines3.common.monitor import Monitor
 
 import main as cli
 from envs import _make_ale
-from evaluate import (EvalResult, GameRecorder, episode_shares, evaluate, make_eval_envs, summarize)
+from envs import make_eval_envs
+from evaluate import EvalResult, episode_shares, evaluate, summarize
+from video import GameRecorder
 from model import ActorCritic
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")

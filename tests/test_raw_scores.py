@@ -84,12 +84,11 @@ def test_training_logs_raw_space_invaders_scores_not_clipped_ones(space_invaders
 @pytest.mark.parametrize("vec_env", ["ale", "dummy"])
 def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, capsys, vec_env):
     """On the env path the agent trained on (ale) and on SB3's (typed --vec-env dummy)."""
-    import evaluate
     import play
     from ale_vec_env import AleVecEnv
 
     games: list[list[float]] = []  # each eval env's finished games' raw sums, read from the emulator
-    real_make = evaluate.make_eval_envs
+    real_make = play.make_eval_envs
 
     def record_ale(envs):  # the C++ vector env's own rewards, raw, summed per env until its game ends
         receive, step = envs.ale.recv, envs.step

@@ -19,7 +19,8 @@ from torch.testing import assert_close
 import checkpoints
 import main as cli
 from envs import action_size, make_vec_env
-from evaluate import GameRecorder, make_eval_envs
+from envs import make_eval_envs
+from video import GameRecorder
 from gym_vec_env import GymVecEnv
 from model import ActorCritic, MLPEncoder
 from storage import RolloutStorage
