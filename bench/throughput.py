@@ -174,13 +174,19 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
             agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n), device)
             if not cast_once:
                 agent.model.casting_once = contextlib.nullcontext  # each pass in an autocast region of its own
-            runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
-            tic = time.perf_counter()
-            state = runner.train()
-            seconds = time.perf_counter() - tic
-            note_worker_memory(envs)
+            return timed_training(agent, envs, config, log_dir)
         finally:
             envs.close()
+
+
+def timed_training(agent: Any, envs: Any, config: Config, log_dir: str) -> tuple[int, float]:
+    """Build the Runner (its reset of the envs is not timed), then time its ``train()``. Returns
+    (env steps trained, seconds)."""
+    runner = Runner(agent, envs, config, log_dir)
+    tic = time.perf_counter()
+    state = runner.train()
+    seconds = time.perf_counter() - tic
+    note_worker_memory(envs)
     return state.step, seconds
 
 
@@ -210,14 +216,9 @@ def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "
         try:
             size, continuous = action_size(envs.action_space)
             agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
-            runner = Runner(agent, envs, config, log_dir)  # resets the envs: not timed
-            tic = time.perf_counter()
-            state = runner.train()
-            seconds = time.perf_counter() - tic
-            note_worker_memory(envs)
+            return timed_training(agent, envs, config, log_dir)
         finally:
             envs.close()
-    return state.step, seconds
 
 
 def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
