@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import (OPTIMIZERS, RANDOMIZE_EVERY, Config, defaults_for, field_doc, get_setting,
-                    setting_names, with_settings)
+from config import OPTIMIZERS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
+from recipes import defaults_for
 from seeds import SEED_LIMIT
 
 # Settings that define a run and cannot change when it is resumed: the game, the network's shape,
@@ -249,7 +249,7 @@ def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Conf
 
 
 def with_env_defaults(config: Config, typed: set[str]) -> Config:
-    """``config`` with the defaults of its env's family (``config.defaults_for``) for every setting not typed."""
+    """``config`` with the defaults of its env's family (``recipes.defaults_for``) for every setting not typed."""
     from envs import check_env_id, is_atari
 
     check_env_id(config.env_name)

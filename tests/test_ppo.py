@@ -16,9 +16,10 @@ from torch.testing import assert_close
 import checkpoints
 import main as cli
 from agent import A2CAgent, a2c_loss
-from config import Config, defaults_for
+from config import Config
 from model import ActorCritic
 from ppo import PPOAgent, clipped_surrogate, ppo_loss
+from recipes import defaults_for
 from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
