@@ -8,9 +8,6 @@ from typing import Any, Optional
 
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
-# What a saved config without a setting meant: it was written before the setting existed, and ran
-# the network and optimizer of that time (the defaults changed since; docs/recurrent.md).
-ABSENT_FROM_OLDER_CONFIGS = {"feature_norm": False, "lstm_norm": False, "core_skip": False}
 
 
 @dataclass
@@ -235,30 +232,12 @@ class Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Config":
-        """Build from a saved dict, ignoring keys this version no longer knows; a setting the dict
-        lacks takes the value it had before it existed (``ABSENT_FROM_OLDER_CONFIGS``), else its
-        default. Configs saved before the settings were grouped (flat ``icm_beta`` and the like,
-        ``FLAT_NAMES``) read the same."""
-        flat = {FLAT_NAMES.get(k, k): v for k, v in values.items() if not isinstance(v, dict)}
-        for block, settings in values.items():
-            if isinstance(settings, dict):
-                flat.update({f"{block}.{k}": v for k, v in settings.items()})
-        # Before PPO and GRPO shared the clipped objective's block, each had its own.
-        own = CLIPPED_BEFORE["group" if flat.get("algo") == "grpo" else "ppo"]
-        flat.update({new: flat[old] for old, new in own.items() if old in flat and new not in flat})
+        """Build from a saved dict, as this version or an older one saved it (see
+        :func:`upgraded_settings`), ignoring keys this version no longer knows."""
         known = set(setting_names())
-        return with_settings(cls(), {**ABSENT_FROM_OLDER_CONFIGS, **{k: v for k, v in flat.items() if k in known}})
+        return with_settings(cls(), {k: v for k, v in upgraded_settings(values).items() if k in known})
 
 
-# The names the settings of a block had when all settings were flat, as in configs saved then.
-FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "icm_beta": "curiosity.beta",
-              "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
-              "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
-              "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
-# Where the clipped objective's settings were, in configs saved before the ``clip`` block.
-CLIPPED_BEFORE = {"ppo": {"ppo.epochs": "clip.epochs", "ppo.minibatches": "clip.minibatches", "ppo.clip_eps": "clip.eps"},
-                  "group": {"group.update_epochs": "clip.epochs", "group.minibatches": "clip.minibatches",
-                            "group.clip_eps": "clip.eps"}}
 BLOCKS = {"curiosity": Curiosity, "group": Group, "clip": Clipped, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
@@ -317,3 +296,38 @@ def _read_field_docs(cls: type, prefix: str = "") -> dict[str, str]:
 
 _FIELD_DOCS = {**_read_field_docs(Config), **{k: v for block, cls in BLOCKS.items()
                                               for k, v in _read_field_docs(cls, block + ".").items()}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs saved by older versions
+# ---------------------------------------------------------------------------------------------
+# What a saved config without a setting meant: it was written before the setting existed, and ran
+# the network and optimizer of that time (the defaults changed since; docs/recurrent.md).
+ABSENT_FROM_OLDER_CONFIGS = {"feature_norm": False, "lstm_norm": False, "core_skip": False}
+# The names the settings of a block had when all settings were flat, as in configs saved then.
+FLAT_NAMES = {"icm": "curiosity.enabled", "curiosity_coeff": "curiosity.eta", "icm_beta": "curiosity.beta",
+              "icm_lambda": "curiosity.policy_weight", "extrinsic_coeff": "curiosity.extrinsic_coeff",
+              "icm_normalize": "curiosity.normalize", "icm_forward_grad": "curiosity.forward_trains_encoder",
+              "channels_last": "speed.channels_last", "bf16": "speed.bf16"}
+# Where the clipped objective's settings were, in configs saved before the ``clip`` block.
+CLIPPED_BEFORE = {"ppo": {"ppo.epochs": "clip.epochs", "ppo.minibatches": "clip.minibatches", "ppo.clip_eps": "clip.eps"},
+                  "group": {"group.update_epochs": "clip.epochs", "group.minibatches": "clip.minibatches",
+                            "group.clip_eps": "clip.eps"}}
+
+
+def upgraded_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a saved config (nested as :meth:`Config.to_dict` writes it) by their names now
+    (as in :func:`setting_names`), whatever version saved it: a setting the dict lacks takes the
+    value it had before it existed where ``ABSENT_FROM_OLDER_CONFIGS`` names one (any other takes
+    its default in :meth:`Config.from_dict`); configs saved before the
+    settings were grouped (flat ``icm_beta`` and the like, ``FLAT_NAMES``) or before PPO and GRPO
+    shared the ``clip`` block (``CLIPPED_BEFORE``) read the same. Keys no setting has any more are
+    passed on."""
+    flat = {FLAT_NAMES.get(k, k): v for k, v in values.items() if not isinstance(v, dict)}
+    for block, settings in values.items():
+        if isinstance(settings, dict):
+            flat.update({f"{block}.{k}": v for k, v in settings.items()})
+    # Before PPO and GRPO shared the clipped objective's block, each had its own.
+    own = CLIPPED_BEFORE["group" if flat.get("algo") == "grpo" else "ppo"]
+    flat.update({new: flat[old] for old, new in own.items() if old in flat and new not in flat})
+    return {**ABSENT_FROM_OLDER_CONFIGS, **flat}
