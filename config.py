@@ -1,4 +1,5 @@
-"""Every setting of a run, in one dataclass. `main.py` fills it from the command line; tests build it directly."""
+"""Every setting of a run, in one dataclass, each field with its default and its help text (the
+flag's ``--help``). `main.py` fills it from the command line; tests build it directly."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,54 +11,56 @@ OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see age
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 
 
+def setting(default: Any, help: str) -> Any:
+    """A setting's field: its default and its help text (read by :func:`field_doc`)."""
+    return field(default=default, metadata={"help": help})
+
+
+def block(settings: type, help: str) -> Any:
+    """The field holding a block of settings (a dataclass of its own, built with its defaults)."""
+    return field(default_factory=settings, metadata={"help": help})
+
+
 @dataclass
 class Curiosity:
     """The Intrinsic Curiosity Module's settings (Pathak et al. 2017; ``icm.py``): one block of a run's settings."""
-    enabled: bool = False
-    """Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and its losses."""
-    eta: float = 0.01
-    """eta: intrinsic reward = eta/2 * forward-model error (with --icm)."""
-    beta: float = 0.2
-    """beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with --icm)."""
-    policy_weight: float = 0.1
-    """lambda: objective = lambda * A2C loss + curiosity loss (with --icm)."""
-    extrinsic_coeff: float = 1.0
-    """Weight of the game's reward when curiosity is on; 0 trains on curiosity alone (with --icm)."""
-    normalize: bool = False
-    """Divide intrinsic rewards by their running standard deviation (with --icm)."""
-    forward_trains_encoder: bool = True
-    """Let the forward loss train the ICM's encoder phi, as in the paper; off, phi learns from the inverse loss alone (with --icm)."""
+    enabled: bool = setting(False, "Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and "
+                                   "its losses.")
+    eta: float = setting(0.01, "eta: intrinsic reward = eta/2 * forward-model error (with --icm).")
+    beta: float = setting(0.2, "beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with "
+                               "--icm).")
+    policy_weight: float = setting(0.1, "lambda: objective = lambda * A2C loss + curiosity loss (with --icm).")
+    extrinsic_coeff: float = setting(1.0, "Weight of the game's reward when curiosity is on; 0 trains on curiosity "
+                                          "alone (with --icm).")
+    normalize: bool = setting(False, "Divide intrinsic rewards by their running standard deviation (with --icm).")
+    forward_trains_encoder: bool = setting(True, "Let the forward loss train the ICM's encoder phi, as in the "
+                                                 "paper; off, phi learns from the inverse loss alone (with --icm).")
 
 
 @dataclass
 class Group:
     """Group-relative policy optimization's settings (``--algo grpo``; ``grpo.py``): one block of a run's settings."""
-    size: int = 8
-    """Envs in a group: they reset with one seed (the same start state) and each member's advantage
-    is its return against the group's (with --algo grpo; must divide --num-envs)."""
-    horizon: int = 0
-    """Steps a member plays at most in a round (0: until its episode ends, within the env's own
-    time limit) (with --algo grpo)."""
-    scale_by_std: bool = True
-    """Divide each advantage by its group's standard deviation; --no-group-std: the return minus the
-    group's mean only, as Dr. GRPO (with --algo grpo)."""
-    kl_coeff: float = 0.0
-    """Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with --algo grpo)."""
-    ref_interval: int = 10
-    """Updates between refreshes of the KL reference to the current policy (with --algo grpo --kl-coeff)."""
+    size: int = setting(8, "Envs in a group: they reset with one seed (the same start state) and each member's "
+                           "advantage is its return against the group's (with --algo grpo; must divide --num-envs).")
+    horizon: int = setting(0, "Steps a member plays at most in a round (0: until its episode ends, within the env's "
+                              "own time limit) (with --algo grpo).")
+    scale_by_std: bool = setting(True, "Divide each advantage by its group's standard deviation; --no-group-std: "
+                                       "the return minus the group's mean only, as Dr. GRPO (with --algo grpo).")
+    kl_coeff: float = setting(0.0, "Weight of the KL penalty to a reference policy (k3 estimator); 0: none (with "
+                                   "--algo grpo).")
+    ref_interval: int = setting(10, "Updates between refreshes of the KL reference to the current policy (with "
+                                    "--algo grpo --kl-coeff).")
 
 
 @dataclass
 class Clipped:
     """The clipped objective's settings (Schulman et al. 2017), one block that ``--algo ppo`` and
     ``--algo grpo`` share (``ppo.py``, ``grpo.py``); GRPO's defaults are 8 epochs of 16 minibatches."""
-    epochs: int = 10
-    """Passes over each batch, a PPO rollout or a GRPO round (with --algo ppo or grpo)."""
-    minibatches: int = 32
-    """Minibatches per pass, one clipped gradient step each: of samples, of envs with --recurrent
-    (PPO), of group members (GRPO) (with --algo ppo or grpo)."""
-    eps: float = 0.2
-    """The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo ppo or grpo)."""
+    epochs: int = setting(10, "Passes over each batch, a PPO rollout or a GRPO round (with --algo ppo or grpo).")
+    minibatches: int = setting(32, "Minibatches per pass, one clipped gradient step each: of samples, of envs with "
+                                   "--recurrent (PPO), of group members (GRPO) (with --algo ppo or grpo).")
+    eps: float = setting(0.2, "The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo "
+                              "ppo or grpo).")
 
 
 @dataclass
@@ -65,158 +68,134 @@ class Speed:
     """Settings that change how fast training runs, not what it computes (``--bf16`` and ``--tf32``
     aside, which change the arithmetic): each switches one trick, and docs/speed.md measures what each buys
     (``bench/throughput.py --ablation``). The C++ env path is ``--vec-env ale``, an env setting."""
-    channels_last: Optional[bool] = None
-    """Conv weights and activations in channels-last (NHWC) memory order: the same network. None (the
-    default): on for the CPU, where it was measured faster; on a GPU only with --bf16."""
-    keep_graph: bool = True
-    """Train through the forward pass made while collecting the rollout, instead of running the
-    rollout through the network again in the update: the same numbers, one forward pass fewer."""
-    encoder_chunk: int = 16
-    """Frames per pass of the universe encoder on the CPU, whose first feature maps then stay nearer
-    the core's cache (0: a batch in one pass, as on a GPU): the same numbers."""
-    keep_freed_memory: bool = True
-    """Let glibc's malloc keep freed blocks for reuse instead of returning them to the system, so
-    activations do not fault in fresh pages at every update."""
-    bf16: bool = False
-    """Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses and optimizer stay
-    float32. Faster on hardware with bfloat16 arithmetic (AVX-512 BF16, AMX, recent GPUs); changes the arithmetic."""
-    tf32: bool = False
-    """On a GPU, let cuDNN's convolutions and cuBLAS's matmuls compute float32 in TF32 (10 bits of
-    mantissa; Ampere and later): faster, and changes the arithmetic. Off: float32 is float32."""
+    channels_last: Optional[bool] = setting(None, "Conv weights and activations in channels-last (NHWC) memory "
+                                                  "order: the same network. None (the default): on for the CPU, "
+                                                  "where it was measured faster; on a GPU only with --bf16.")
+    keep_graph: bool = setting(True, "Train through the forward pass made while collecting the rollout, instead of "
+                                     "running the rollout through the network again in the update: the same "
+                                     "numbers, one forward pass fewer.")
+    encoder_chunk: int = setting(16, "Frames per pass of the universe encoder on the CPU, whose first feature maps "
+                                     "then stay nearer the core's cache (0: a batch in one pass, as on a GPU): the "
+                                     "same numbers.")
+    keep_freed_memory: bool = setting(True, "Let glibc's malloc keep freed blocks for reuse instead of returning "
+                                            "them to the system, so activations do not fault in fresh pages at "
+                                            "every update.")
+    bf16: bool = setting(False, "Run the policy's conv encoder in bfloat16 (autocast); weights, LSTM, heads, losses "
+                                "and optimizer stay float32. Faster on hardware with bfloat16 arithmetic (AVX-512 "
+                                "BF16, AMX, recent GPUs); changes the arithmetic.")
+    tf32: bool = setting(False, "On a GPU, let cuDNN's convolutions and cuBLAS's matmuls compute float32 in TF32 "
+                                "(10 bits of mantissa; Ampere and later): faster, and changes the arithmetic. Off: "
+                                "float32 is float32.")
 
 
 @dataclass
 class Config:
     # --- environment
-    env_name: str = "PongNoFrameskip-v4"
-    """Gymnasium id of an Atari game: PongNoFrameskip-v4 style or ALE/Pong-v5 style."""
-    num_envs: int = 16
-    """Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions."""
-    n_stack: int = 4
-    """Consecutive frames stacked into one observation."""
-    vec_env: str = "ale"
-    """ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped in C++ threads;
-    faster); dummy (or sync): SB3's Atari wrappers, all envs in this process; subproc (or async): the
-    same, one process per env. Other envs: gymnasium's vector env, async (or subproc) one process per
-    env, otherwise all in this process."""
-    max_episode_frames: Optional[int] = None
-    """Cap on an episode's emulator frames (a time-limit truncation); None keeps the game's own limit."""
-    randomize_domain: bool = False
-    """Each env plays with physics of its own, drawn from the seed (LunarLander: gravity, wind,
-    turbulence; CartPole: gravity, pole mass and length; see randomize.py)."""
-    randomize_every: str = "episode"
-    """With --randomize-domain: episode draws new physics at every reset; never keeps each env's first draw."""
-    normalize_obs: bool = False
-    """Vector observations minus their running mean, over their running std, clipped to +-10 (the
-    statistics are saved in checkpoints and frozen in evaluation)."""
-    normalize_reward: bool = False
-    """Rewards over the running std of the discounted return, clipped to +-10 (logged returns stay raw)."""
-    seed: int = 42
-    """Seeds torch, numpy, Python's random and the envs (env i gets seed + i); from 0 to 2**30 - 1."""
+    env_name: str = setting("PongNoFrameskip-v4", "Gymnasium id of an Atari game: PongNoFrameskip-v4 style or "
+                                                  "ALE/Pong-v5 style.")
+    num_envs: int = setting(16, "Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions.")
+    n_stack: int = setting(4, "Consecutive frames stacked into one observation.")
+    vec_env: str = setting("ale", "ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped "
+                                  "in C++ threads; faster); dummy (or sync): SB3's Atari wrappers, all envs in this "
+                                  "process; subproc (or async): the same, one process per env. Other envs: "
+                                  "gymnasium's vector env, async (or subproc) one process per env, otherwise all in "
+                                  "this process.")
+    max_episode_frames: Optional[int] = setting(None, "Cap on an episode's emulator frames (a time-limit "
+                                                      "truncation); None keeps the game's own limit.")
+    randomize_domain: bool = setting(False, "Each env plays with physics of its own, drawn from the seed "
+                                            "(LunarLander: gravity, wind, turbulence; CartPole: gravity, pole mass "
+                                            "and length; see randomize.py).")
+    randomize_every: str = setting("episode", "With --randomize-domain: episode draws new physics at every reset; "
+                                              "never keeps each env's first draw.")
+    normalize_obs: bool = setting(False, "Vector observations minus their running mean, over their running std, "
+                                         "clipped to +-10 (the statistics are saved in checkpoints and frozen in "
+                                         "evaluation).")
+    normalize_reward: bool = setting(False, "Rewards over the running std of the discounted return, clipped to +-10 "
+                                            "(logged returns stay raw).")
+    seed: int = setting(42, "Seeds torch, numpy, Python's random and the envs (env i gets seed + i); from 0 to "
+                            "2**30 - 1.")
 
     # --- model
-    arch: str = "universe"
-    """universe: 4 conv layers (32 3x3 filters, stride 2, ELU) giving 288 features; nature: the
-    Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units, ReLU), about a fifth cheaper to train on the CPU."""
-    recurrent: bool = True
-    """Encoder followed by an LSTM cell; False drops the LSTM (feed-forward)."""
-    hidden_size: int = 256
-    """Size of the LSTM state."""
-    mlp_width: int = 64
-    """Units in each of the two tanh layers of the MLP encoder (vector observations; the actor's
-    and, without --recurrent, the critic's)."""
-    log_std_init: float = 0.0
-    """Starting log standard deviation of the Gaussian policy (continuous actions; 0: std 1)."""
-    sde: bool = False
-    """State-dependent exploration (gSDE's noise model): each continuous action's spread is a learned
-    function of the actor's features, not one number per action; each env's noise weights are drawn
-    once a rollout, so its noise follows the state (--eval and GRPO draw noise every step)."""
-    feature_norm: bool = False
-    """Layer-normalize each frame's encoder features (learned scale and shift) before the LSTM or the heads."""
-    lstm_norm: bool = True
-    """A layer-normalized LSTM cell (the gates' input and state parts, and the cell, each
-    layer-normalized), whose gates cannot all saturate; False: torch's LSTMCell."""
-    core_skip: bool = True
-    """The heads read the encoder's features beside the LSTM's output (a skip connection around the core)."""
+    arch: str = setting("universe", "universe: 4 conv layers (32 3x3 filters, stride 2, ELU) giving 288 features; "
+                                    "nature: the Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units, ReLU), "
+                                    "about a fifth cheaper to train on the CPU.")
+    recurrent: bool = setting(True, "Encoder followed by an LSTM cell; False drops the LSTM (feed-forward).")
+    hidden_size: int = setting(256, "Size of the LSTM state.")
+    mlp_width: int = setting(64, "Units in each of the two tanh layers of the MLP encoder (vector observations; the "
+                                 "actor's and, without --recurrent, the critic's).")
+    log_std_init: float = setting(0.0, "Starting log standard deviation of the Gaussian policy (continuous actions; "
+                                       "0: std 1).")
+    sde: bool = setting(False, "State-dependent exploration (gSDE's noise model): each continuous action's spread "
+                               "is a learned function of the actor's features, not one number per action; each "
+                               "env's noise weights are drawn once a rollout, so its noise follows the state "
+                               "(--eval and GRPO draw noise every step).")
+    feature_norm: bool = setting(False, "Layer-normalize each frame's encoder features (learned scale and shift) "
+                                        "before the LSTM or the heads.")
+    lstm_norm: bool = setting(True, "A layer-normalized LSTM cell (the gates' input and state parts, and the cell, "
+                                    "each layer-normalized), whose gates cannot all saturate; False: torch's "
+                                    "LSTMCell.")
+    core_skip: bool = setting(True, "The heads read the encoder's features beside the LSTM's output (a skip "
+                                    "connection around the core).")
 
     # --- algorithm
-    algo: str = "a2c"
-    """a2c: advantage actor-critic; ppo: A2C's rollouts and critic, trained with PPO's clipped
-    objective over several epochs of minibatches; grpo: critic-free group-relative policy
-    optimization (ppo and grpo: vector-observation envs)."""
-    group: Group = field(default_factory=Group)
-    """GRPO's settings (see :class:`Group`)."""
-    clip: Clipped = field(default_factory=Clipped)
-    """The clipped objective's settings of PPO and GRPO (see :class:`Clipped`)."""
-    rollout_size: int = 5
-    """Steps per env in one rollout: the n of n-step returns and the length of truncated BPTT."""
-    num_updates: int = 125_000
-    """Gradient updates in the whole run (125,000 x 16 envs x 5 steps = 10M env steps)."""
-    max_env_steps: Optional[int] = None
-    """Stop once this many env steps are done, if before --num-updates (GRPO's rounds vary in length)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 1.0
-    """1.0: n-step returns; below 1: generalized advantage estimation."""
-    normalize_advantages: bool = False
-    """Each rollout's advantages (with --algo ppo: each minibatch's) to zero mean and unit standard
-    deviation before the policy loss (SB3's normalize_advantage): the policy's step no longer scales
-    with the rewards."""
-    critic: bool = True
-    """A critic (value head) as baseline and bootstrap; False: none and no value loss, so each
-    advantage is the discounted reward to the rollout's end (REINFORCE over the rollout)."""
-    value_coeff: float = 0.5
-    """Weight of the value loss."""
-    entropy_coeff: float = 0.01
-    """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
-    """Gradients are clipped to this global norm."""
-    optimizer: str = "torch-rmsprop"
-    """torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: RMSprop as TensorFlow
-    computes it (the square average starts at 1, eps inside the root), which keeps a plain LSTM
-    alive but learns slowly; adam (eps 1e-5); rmsprop-debiased: torch.optim.RMSprop's formula with
-    the square average bias-corrected (Adam without momentum: betas 0 and 0.99, eps 1e-5)."""
-    lr: float = 7e-4
-    """Learning rate."""
-    lr_schedule: str = "constant"
-    """constant, or linear decay to 0 at the last update."""
-    curiosity: Curiosity = field(default_factory=Curiosity)
-    """The Intrinsic Curiosity Module's settings (see :class:`Curiosity`)."""
-    max_skipped_updates: int = 10
-    """Training stops after this many non-finite losses in a row (a2c_last keeps the last good state)."""
+    algo: str = setting("a2c", "a2c: advantage actor-critic; ppo: A2C's rollouts and critic, trained with PPO's "
+                               "clipped objective over several epochs of minibatches; grpo: critic-free "
+                               "group-relative policy optimization (ppo and grpo: vector-observation envs).")
+    group: Group = block(Group, "GRPO's settings (see :class:`Group`).")
+    clip: Clipped = block(Clipped, "The clipped objective's settings of PPO and GRPO (see :class:`Clipped`).")
+    rollout_size: int = setting(5, "Steps per env in one rollout: the n of n-step returns and the length of "
+                                   "truncated BPTT.")
+    num_updates: int = setting(125_000, "Gradient updates in the whole run (125,000 x 16 envs x 5 steps = 10M env "
+                                        "steps).")
+    max_env_steps: Optional[int] = setting(None, "Stop once this many env steps are done, if before --num-updates "
+                                                 "(GRPO's rounds vary in length).")
+    gamma: float = setting(0.99, "Discount factor.")
+    gae_lambda: float = setting(1.0, "1.0: n-step returns; below 1: generalized advantage estimation.")
+    normalize_advantages: bool = setting(False, "Each rollout's advantages (with --algo ppo: each minibatch's) to "
+                                                "zero mean and unit standard deviation before the policy loss "
+                                                "(SB3's normalize_advantage): the policy's step no longer scales "
+                                                "with the rewards.")
+    critic: bool = setting(True, "A critic (value head) as baseline and bootstrap; False: none and no value loss, "
+                                 "so each advantage is the discounted reward to the rollout's end (REINFORCE over "
+                                 "the rollout).")
+    value_coeff: float = setting(0.5, "Weight of the value loss.")
+    entropy_coeff: float = setting(0.01, "Weight of the entropy bonus.")
+    max_grad_norm: float = setting(0.5, "Gradients are clipped to this global norm.")
+    optimizer: str = setting("torch-rmsprop", "torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: "
+                                              "RMSprop as TensorFlow computes it (the square average starts at 1, "
+                                              "eps inside the root), which keeps a plain LSTM alive but learns "
+                                              "slowly; adam (eps 1e-5); rmsprop-debiased: torch.optim.RMSprop's "
+                                              "formula with the square average bias-corrected (Adam without "
+                                              "momentum: betas 0 and 0.99, eps 1e-5).")
+    lr: float = setting(7e-4, "Learning rate.")
+    lr_schedule: str = setting("constant", "constant, or linear decay to 0 at the last update.")
+    curiosity: Curiosity = block(Curiosity, "The Intrinsic Curiosity Module's settings (see :class:`Curiosity`).")
+    max_skipped_updates: int = setting(10, "Training stops after this many non-finite losses in a row (a2c_last "
+                                           "keeps the last good state).")
 
     # --- hardware
-    cuda: Optional[bool] = None
-    """--cuda: the GPU for any env (on a machine without CUDA, say so and use the CPU); --no-cuda: the
-    CPU. Neither: Atari games on the GPU when CUDA is available, vector-observation envs on the CPU
-    (their small networks run faster there). The device is this process's, not the run's: a
-    resumed run or an evaluation takes what is typed now."""
-    reproducible: bool = False
-    """Deterministic kernels where torch has them (torch.use_deterministic_algorithms, warning once
-    for an op that has none; cuDNN without autotuning); the run names what stays nondeterministic."""
-    threads: int = 0
-    """Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a busy small machine."""
-    speed: Speed = field(default_factory=Speed)
-    """How fast training runs (see :class:`Speed`)."""
+    cuda: Optional[bool] = setting(None, "--cuda: the GPU for any env (on a machine without CUDA, say so and use "
+                                         "the CPU); --no-cuda: the CPU. Neither: Atari games on the GPU when CUDA "
+                                         "is available, vector-observation envs on the CPU (their small networks "
+                                         "run faster there). The device is this process's, not the run's: a resumed "
+                                         "run or an evaluation takes what is typed now.")
+    reproducible: bool = setting(False, "Deterministic kernels where torch has them "
+                                        "(torch.use_deterministic_algorithms, warning once for an op that has none; "
+                                        "cuDNN without autotuning); the run names what stays nondeterministic.")
+    threads: int = setting(0, "Torch CPU threads; 0 keeps torch's default (one per core). 1 is much faster on a "
+                              "busy small machine.")
+    speed: Speed = block(Speed, "How fast training runs (see :class:`Speed`).")
 
     # --- logging and checkpoints
-    log_dir: str = "runs"
-    """Each run gets its own directory under this one."""
-    tensorboard: bool = True
-    """Write TensorBoard event files into the run directory."""
-    log_interval: int = 10
-    """Updates between loss scalars (averaged over the interval)."""
-    histogram_interval: int = 500
-    """Updates between histograms of advantages and values."""
-    checkpoint_interval: int = 1000
-    """Updates between writes of a2c_last (it is also written at exit)."""
-    eval_interval: int = 0
-    """Updates between evaluations of the current policy on separate envs (eval/ curves in
-    TensorBoard, the best kept as a2c_best_eval); 0: none."""
-    eval_episodes: int = 10
-    """Whole games played at each evaluation (with --eval-interval)."""
-    progress: bool = True
-    """Live progress bar on the console."""
+    log_dir: str = setting("runs", "Each run gets its own directory under this one.")
+    tensorboard: bool = setting(True, "Write TensorBoard event files into the run directory.")
+    log_interval: int = setting(10, "Updates between loss scalars (averaged over the interval).")
+    histogram_interval: int = setting(500, "Updates between histograms of advantages and values.")
+    checkpoint_interval: int = setting(1000, "Updates between writes of a2c_last (it is also written at exit).")
+    eval_interval: int = setting(0, "Updates between evaluations of the current policy on separate envs (eval/ "
+                                    "curves in TensorBoard, the best kept as a2c_best_eval); 0: none.")
+    eval_episodes: int = setting(10, "Whole games played at each evaluation (with --eval-interval).")
+    progress: bool = setting(True, "Live progress bar on the console.")
 
     @property
     def steps_per_update(self) -> int:
@@ -276,26 +255,13 @@ def with_settings(config: Config, changes: dict[str, Any]) -> Config:
 
 
 def field_doc(name: str) -> str:
-    """The docstring written under a setting above (used as the flag's help text)."""
-    return _FIELD_DOCS.get(name, "")
-
-
-def _read_field_docs(cls: type, prefix: str = "") -> dict[str, str]:
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(cls))
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-            docs[prefix + node.target.id] = str(following.value.value)
-    return docs
-
-
-_FIELD_DOCS = {**_read_field_docs(Config), **{k: v for block, cls in BLOCKS.items()
-                                              for k, v in _read_field_docs(cls, block + ".").items()}}
+    """The help text of setting ``name`` (as in :func:`setting_names`), declared in its field: the flag's help."""
+    block_name, _, inner = name.partition(".")
+    holder = BLOCKS.get(block_name) if inner else Config
+    for f in dataclasses.fields(holder) if holder else ():
+        if f.name == (inner or name):
+            return f.metadata.get("help", "")
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------
