@@ -15,7 +15,8 @@ from model import ActorCritic, State
 from storage import Batch, RolloutStorage, compute_returns, shuffled_minibatches
 from checkpoints import load_checkpoint
 from devices import channels_last_for
-from utils import UsageError, explained_variance, read_back
+from metrics import explained_variance, read_back
+from utils import UsageError
 
 # (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

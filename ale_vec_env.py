@@ -25,7 +25,13 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
-from utils import UsageError, frame_cap
+from utils import UsageError
+
+
+def frame_cap(game_cap: Optional[int], max_episode_frames: Optional[int]) -> Optional[int]:
+    """The emulator frames a game may last: the smaller of the id's own cap and the time limit (None: no cap)."""
+    caps = [int(cap) for cap in (game_cap, max_episode_frames) if cap]
+    return min(caps) if caps else None
 
 
 class AleVecEnv(VecEnv):

@@ -27,7 +27,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from envs import game_of
-from utils import EpisodeStats, UsageError, atomic_write, rng_state, set_rng_state
+from metrics import EpisodeStats
+from seeds import rng_state, set_rng_state
+from utils import UsageError, atomic_write
 
 CHECKPOINT_FORMAT = "recurrent-a2c/2"
 OLDER_FORMATS = ("recurrent-a2c/1",)

@@ -28,11 +28,11 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
-from ale_vec_env import AleVecEnv
+from ale_vec_env import AleVecEnv, frame_cap
 from control import workers_ignore_stop_signals
 from gym_vec_env import GymVecEnv
 from randomize import physics_wrapper
-from utils import UsageError, frame_cap, probe_writable
+from utils import UsageError, probe_writable
 from video import GameRecorder
 
 gym.register_envs(ale_py)

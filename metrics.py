@@ -1,4 +1,6 @@
-"""Where a run's numbers go: TensorBoard scalars and histograms, the console progress bar, warnings.
+"""Where a run's numbers go: TensorBoard scalars and histograms, the console progress bar, warnings;
+and the statistics they are made of (an update's read back from the device in one transfer, the
+critic's explained variance, the episodes' returns).
 
 The runner decides what to log and when; :class:`Metrics` decides where it goes. Every scalar is
 logged against the env-step count. Built with ``enabled=False`` (every process of a data-parallel
@@ -8,12 +10,14 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Optional
+from collections import deque
+from typing import Any, Iterable, Optional
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils import resident_memory_mib
+from perf import resident_memory_mib
 
 # Per-update stats whose logged name is train/<name>; plain names are loss terms (loss/<name>),
 # and names with a slash keep their group.
@@ -87,3 +91,41 @@ class Metrics:
             self.bar = None
         if self.writer is not None:
             self.writer.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def read_back(tensors: dict[str, torch.Tensor]) -> dict[str, float]:
+    """0-d tensors (on any device) as floats, read back in one transfer instead of one each."""
+    if not tensors:
+        return {}
+    return dict(zip(tensors, torch.stack([t.detach().float().reshape(()) for t in tensors.values()]).tolist()))
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """1 - Var(targets - predictions) / Var(targets): 1 is perfect, 0 is no better than a constant.
+    A 0-d tensor on the inputs' device (read back with the other statistics of an update).
+
+    NaN when the targets have no variance (nothing to explain).
+    """
+    var_targets = torch.var(targets.detach())
+    explained = 1.0 - torch.var(targets.detach() - predictions.detach()) / var_targets
+    return torch.where(var_targets == 0, torch.full_like(explained, float("nan")), explained)
+
+
+class EpisodeStats:
+    """Raw (unclipped, full-game) episode returns and lengths, with a moving window for the mean."""
+
+    def __init__(self, window: int = 100, history: Iterable[float] = (), count: Optional[int] = None) -> None:
+        self.returns: deque[float] = deque(history, maxlen=window)
+        # All the episodes added so far (the window keeps the last of them); by default those of ``history``.
+        self.count = len(self.returns) if count is None else count
+
+    def add(self, episode_return: float) -> None:
+        self.returns.append(float(episode_return))
+        self.count += 1
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")

@@ -1,5 +1,6 @@
 """Speed code that is not part of any network or loop: the process's memory allocator
-(:func:`keep_freed_memory`) and the hardware check for bfloat16 (:func:`has_fast_bf16`).
+(:func:`keep_freed_memory`), the hardware check for bfloat16 (:func:`has_fast_bf16`), and the
+process's resident memory (:func:`resident_memory_mib`, logged as ``train/resident_memory_mib``).
 
 Every speed trick is switched by one setting of ``config.Speed`` (flags ``--channels-last``,
 ``--keep-graph``, ``--encoder-chunk``, ``--keep-freed-memory``, ``--bf16``), and
@@ -9,6 +10,8 @@ frames), ``ActorCritic`` (channels-last, ``casting_once`` for bfloat16) and ``Ru
 (training through the collected forward pass).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -45,3 +48,16 @@ def has_fast_bf16(device: torch.device) -> bool:
         return torch.cuda.is_bf16_supported(including_emulation=False)
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process memory
+# ---------------------------------------------------------------------------------------------
+def resident_memory_mib() -> float:
+    """This process's resident set size now (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20

@@ -15,8 +15,8 @@ from evaluate import episode_shares, evaluate, summarize, write_json
 from normalize import load as load_normalizer, normalized
 from physics_grid import draw_heatmaps, evaluate_grid
 from randomize import check_randomizable
-from seeds import env_seed
-from utils import UsageError, probe_writable, seed_everything
+from seeds import env_seed, seed_everything
+from utils import UsageError, probe_writable
 
 
 def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str, episodes: int, *,

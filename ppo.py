@@ -27,9 +27,10 @@ from agent import A2CAgent, rollout_stats, standardized
 from config import Config
 from envs import is_atari
 from icm import masked_mean
+from metrics import read_back
 from model import ActorCritic
 from storage import Batch
-from utils import UsageError, read_back
+from utils import UsageError
 
 
 def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,

@@ -1,11 +1,16 @@
 """Every seed a run draws, in one place: the envs' (training, resumed, evaluation, each rank's,
-GRPO's groups) and each rank's sampling stream.
+GRPO's groups) and each rank's sampling stream; and the global random-number generators (Python's,
+numpy's, torch's) seeded, saved and restored (torch is imported when they are, not with this module,
+which the command line reads).
 
 Seeds are below ``SEED_LIMIT`` = 2**30, so every env seed made from one (plus an env index, plus
 the evaluation offset) stays below 2**31, the largest seed ale-py takes. Env i of a vector gets
 its env 0's seed + i.
 """
 from __future__ import annotations
+
+import random
+from typing import Any
 
 import numpy as np
 
@@ -45,3 +50,58 @@ def sampling_seed(seed: int, rank: int, update: int = 0) -> int:
     if rank == 0:
         return seed
     return int(np.random.SeedSequence([seed, rank, update]).generate_state(1)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# The global random-number generators: seeded, saved, restored
+# ---------------------------------------------------------------------------------------------
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch (the envs are seeded where they are built)."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global RNG state, in a form `torch.load(weights_only=True)` accepts (tensors, ints)."""
+    import torch
+
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `rng_state` saved."""
+    import torch
+
+    random.setstate(_as_tuples(state["python"]))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["name"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        # One state a GPU the run was saved with; a machine with fewer GPUs restores those it has.
+        for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
+
+
+def _as_tuples(value: Any) -> Any:
+    """`random.setstate` wants nested tuples; a round trip through a checkpoint may give lists."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_tuples(v) for v in value)
+    return value

@@ -26,8 +26,8 @@ from model import CONV_ENCODERS
 from perf import has_fast_bf16
 from randomize import check_randomizable
 from runner import save_settings
-from seeds import env_seed, sampling_seed
-from utils import UsageError, probe_writable, seed_everything
+from seeds import env_seed, sampling_seed, seed_everything
+from utils import UsageError, probe_writable
 
 
 def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dict[str, Any]] = None) -> int:

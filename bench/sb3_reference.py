@@ -87,7 +87,7 @@ def train(env_name: str, num_envs: int, steps: int, seed: int = 0, *, vec_env: s
     from stable_baselines3 import A2C
     from stable_baselines3.common.logger import Logger
 
-    from utils import seed_everything
+    from seeds import seed_everything
 
     seed_everything(seed)
     envs = make_envs(env_name, num_envs, seed, vec_env)

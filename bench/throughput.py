@@ -110,7 +110,8 @@ from config import Config, Speed, with_settings  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, action_size, check_env_id, is_atari, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
 from perf import keep_freed_memory  # noqa: E402
-from utils import UsageError, seed_everything  # noqa: E402
+from seeds import seed_everything  # noqa: E402
+from utils import UsageError  # noqa: E402
 
 OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
 OURS_PLAIN = "ours recurrent, plain LSTM"  # --plain-lstm: torch's LSTMCell, heads on its output only

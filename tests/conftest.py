@@ -91,7 +91,7 @@ def one_line_error(capsys):
 def make_runner():
     """``make_runner(config, run_dir, **runner_kwargs)``: a :class:`runner.Runner` on real envs,
     built as ``main.train`` builds it (seeded from the config); its envs are closed at teardown."""
-    import utils
+    import seeds
     from algorithms import make_agent
     from envs import action_size, make_vec_env
     from runner import Runner
@@ -99,7 +99,7 @@ def make_runner():
     made = []
 
     def build(config, run_dir, **runner_kwargs) -> Runner:
-        utils.seed_everything(config.seed)
+        seeds.seed_everything(config.seed)
         envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
                             config.max_episode_frames)
         made.append(envs)

@@ -110,14 +110,14 @@ def test_resume_continues_step_count_and_curves(trained_run, tmp_path):
 
 def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_path, monkeypatch):
     import runner as runner_module
-    import utils
+    import seeds
 
     run_dir = shutil.copytree(trained_run, tmp_path / "run")
     saved = torch.load(run_dir / "a2c_last", weights_only=True)
     seen = {}
 
     def train(self):  # where training would begin: what it would begin from
-        seen["optimizer"], seen["rng"] = self.agent.optimizer.state_dict(), utils.rng_state()
+        seen["optimizer"], seen["rng"] = self.agent.optimizer.state_dict(), seeds.rng_state()
         seen["lr"], seen["entropy_coeff"] = runner_module.scheduled_lr(self.config, 0), self.agent.entropy_coeff
         return self.state
     monkeypatch.setattr(runner_module.Runner, "train", train)
@@ -130,7 +130,7 @@ def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_
     assert torch.equal(seen["rng"]["torch"], saved["rng"]["torch"])
     assert torch.equal(seen["rng"]["numpy"]["keys"], saved["rng"]["numpy"]["keys"])
     assert seen["rng"]["numpy"]["pos"] == saved["rng"]["numpy"]["pos"]
-    assert seen["rng"]["python"] == utils._as_tuples(saved["rng"]["python"])
+    assert seen["rng"]["python"] == seeds._as_tuples(saved["rng"]["python"])
 
 
 def test_resume_after_a_hard_kill_keeps_best_checkpoints_written_after_a2c_last(trained_run, tmp_path):

@@ -14,7 +14,7 @@ from torch.testing import assert_close
 
 import checkpoints
 import main as cli
-import utils
+import seeds
 from algorithms import make_agent
 from config import Config, Group
 from envs import action_size, make_vec_env
@@ -194,7 +194,7 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
 def group_runner(tmp_path, **settings) -> GroupRunner:
     config = Config(env_name="CartPole-v1", algo="grpo", critic=False, recurrent=False, num_envs=6,
                     group=Group(size=3), seed=5, tensorboard=False, progress=False, **settings)
-    utils.seed_everything(config.seed)
+    seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed,
                         randomize=config.randomize_every if config.randomize_domain else None)
     num_actions, continuous = action_size(envs.action_space)

@@ -38,7 +38,7 @@ from config import Config
 from evaluate import evaluate
 from memory_env import LEFT, RIGHT, MemoryEnv, make_memory_vec_env
 from runner import Runner
-from utils import rng_state, seed_everything, set_rng_state
+from seeds import rng_state, seed_everything, set_rng_state
 
 LENGTH = 8          # steps per episode: the cue is LENGTH - 1 steps behind the query
 N_STACK = 4         # frames per observation; LENGTH > N_STACK keeps the cue out of the query's stack

@@ -9,7 +9,7 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 import plots
-import utils
+import seeds
 from algorithms import make_agent
 from config import Config
 from envs import make_vec_env
@@ -114,7 +114,7 @@ def train_short_run(run_dir: str, seed: int) -> None:
     """A real training run, built as main.py builds one: Pong, 2 envs, 64 updates, 400-frame episodes."""
     config = Config(env_name="PongNoFrameskip-v4", num_envs=2, num_updates=64, log_interval=1, cuda=False,
                     progress=False, log_dir=os.path.dirname(run_dir), max_episode_frames=400, seed=seed)
-    utils.seed_everything(config.seed)
+    seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
                         config.max_episode_frames)
     try:

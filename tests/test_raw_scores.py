@@ -11,7 +11,7 @@ import pytest
 from stable_baselines3.common.monitor import Monitor
 
 import main as cli
-import utils
+import seeds
 from algorithms import make_agent
 from config import Config
 from envs import make_vec_env
@@ -31,7 +31,7 @@ def space_invaders_run(tmp_path_factory, torch_single_thread):
     run_dir = str(tmp_path_factory.mktemp("space_invaders"))
     config = Config(env_name=SPACE_INVADERS, num_envs=4, rollout_size=10, num_updates=20, seed=3,
                     max_episode_frames=500, tensorboard=False, progress=False, checkpoint_interval=10**6)
-    utils.seed_everything(config.seed)
+    seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
                         config.max_episode_frames)
     try:

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 import checkpoints
+import metrics
+import seeds
 import utils
 from agent import load_model
 from algorithms import make_agent
@@ -27,7 +29,7 @@ def small_config(**overrides) -> Config:
 
 
 def build_runner(config: Config, run_dir) -> Runner:
-    utils.seed_everything(config.seed)
+    seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
                         config.max_episode_frames)
     agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
@@ -216,21 +218,21 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path):
 
 
 def test_rng_state_round_trips_through_a_checkpoint(tmp_path):
-    utils.seed_everything(5)
-    checkpoints.atomic_save({"rng": utils.rng_state()}, str(tmp_path / "s"))
+    seeds.seed_everything(5)
+    checkpoints.atomic_save({"rng": seeds.rng_state()}, str(tmp_path / "s"))
     expected = (np.random.rand(), torch.rand(1).item(), __import__("random").random())
-    utils.seed_everything(99)
-    utils.set_rng_state(torch.load(tmp_path / "s", weights_only=True)["rng"])
+    seeds.seed_everything(99)
+    seeds.set_rng_state(torch.load(tmp_path / "s", weights_only=True)["rng"])
     assert (np.random.rand(), torch.rand(1).item(), __import__("random").random()) == expected
 
 
 def test_rng_state_of_more_gpus_than_this_machine_has_restores_those_it_has(monkeypatch):
-    saved = {**utils.rng_state(), "cuda": [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]}
+    saved = {**seeds.rng_state(), "cuda": [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]}
     restored = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((int(state[0]), device)))
-    utils.set_rng_state(saved)
+    seeds.set_rng_state(saved)
     assert restored == [(0, 0), (1, 1)]
 
 
@@ -245,9 +247,9 @@ def test_v5_ids_skip_frames_once():
 
 def test_explained_variance():
     targets = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    assert utils.explained_variance(targets, targets) == 1.0
-    assert utils.explained_variance(torch.full((4,), 2.5), targets) == pytest.approx(0.0)
-    assert math.isnan(utils.explained_variance(targets, torch.ones(4)))
+    assert metrics.explained_variance(targets, targets) == 1.0
+    assert metrics.explained_variance(torch.full((4,), 2.5), targets) == pytest.approx(0.0)
+    assert math.isnan(metrics.explained_variance(targets, torch.ones(4)))
 
 
 def test_learning_rate_schedule_follows_the_update_count():

@@ -135,7 +135,7 @@ def test_acting_in_inference_mode_matches_no_grad():
 # tests left in the heap would decide where a block comes from.
 KEPT_OR_RETURNED = """
 import ctypes, ctypes.util
-import perf, utils
+import perf
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -143,9 +143,9 @@ libc.free.argtypes = [ctypes.c_void_p]
 def returned_mib(size=16 << 20):  # over glibc's default 128 KiB thresholds, under the 32 MiB kept
     block = libc.malloc(size)
     ctypes.memset(block, 1, size)  # its pages are resident now
-    touched = utils.resident_memory_mib()
+    touched = perf.resident_memory_mib()
     libc.free(block)
-    return touched - utils.resident_memory_mib()
+    return touched - perf.resident_memory_mib()
 
 for keep in (False, True):
     print(perf.keep_freed_memory(keep), returned_mib(), returned_mib())
