@@ -11,7 +11,7 @@ from torch.distributions import Categorical, Distribution
 
 from config import OPTIMIZERS, Config
 from icm import ICM, RunningStd
-from model import ActorCritic, State
+from model import ActorCritic, State, build_model, older_parameter_order
 from storage import Batch, RolloutStorage, compute_returns, shuffled_minibatches
 from checkpoints import load_checkpoint
 from devices import channels_last_for
@@ -183,15 +183,14 @@ class A2CAgent:
         with the state, smoothly, rather than at random every step (gSDE, Raffin et al. 2022)."""
         if self.exploration is None or self.exploration.shape[0] != logits.shape[0]:
             return dist.sample()
-        return self.model.sample_sde(logits, self.exploration)
+        return self.model.policy.sample(logits, self.exploration)
 
     @torch.no_grad()
     def draw_exploration(self, num_envs: int) -> None:
         """New exploration weights ``W [N, F, A] ~ N(0, exp(log_std)^2)`` for a rollout of
         ``num_envs`` envs; nothing without state-dependent exploration."""
-        if self.model.sde:
-            std = self.model.log_std.exp()
-            self.exploration = torch.randn(num_envs, *std.shape, device=std.device) * std
+        if self.model.policy.sde:
+            self.exploration = self.model.policy.draw_weights(num_envs)
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
@@ -361,7 +360,22 @@ class A2CAgent:
         if self.intrinsic_std is not None and "intrinsic_std" in checkpoint:
             self.intrinsic_std.load_state_dict(checkpoint["intrinsic_std"])
         if "optimizer" in checkpoint and checkpoint.get("optimizer_name") == self.optimizer_name:
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            self.optimizer.load_state_dict(_in_todays_order(checkpoint["optimizer"], checkpoint["model"], self.model))
+
+
+def _in_todays_order(optimizer_state: dict[str, Any], saved_weights: dict[str, Any],
+                     model: ActorCritic) -> dict[str, Any]:
+    """A saved optimizer state, its per-parameter entries put in the order of ``model``'s
+    parameters today (see ``model.older_parameter_order``); the network's parameters come first
+    in the optimizer, curiosity's after them, unmoved."""
+    order = older_parameter_order(list(saved_weights), model)
+    if order is None:
+        return optimizer_state
+    state = dict(optimizer_state["state"])
+    moved = {new: state.pop(old) for new, old in enumerate(order) if old in state}
+    state = {i: v for i, v in state.items() if i >= len(order)}
+    return {**optimizer_state, "state": {**moved, **state}}
+
 
 def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
     """What a practitioner checks of the critic each update, as 0-d tensors still on the device:
@@ -381,7 +395,7 @@ def build_networks(config: Config, obs_shape: tuple[int, ...], num_actions: int,
     ``continuous``: ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
     speed, curiosity = config.speed, config.curiosity
     channels_last = channels_last_for(speed.channels_last, torch.device(device), speed.bf16)
-    model = ActorCritic(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
+    model = build_model(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
                         mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
@@ -401,7 +415,7 @@ def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False
     """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last);
     ``bf16`` and ``encoder_chunk`` are speed settings (see ``ActorCritic``)."""
     data = load_checkpoint(path)
-    model = ActorCritic(**data["model_spec"], bf16=bf16, encoder_chunk=encoder_chunk)
+    model = build_model(**data["model_spec"], bf16=bf16, encoder_chunk=encoder_chunk)
     try:
         model.load_state_dict(data["model"])
     except RuntimeError:

@@ -6,16 +6,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from model import ActorCritic, LayerNormLSTMCell, State
+from model import ActorCritic, State
+from nets.cores import LayerNormLSTMCell
 
 
 def gate_preactivations(model: ActorCritic, features: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """The LSTM gates' pre-activations ``[N, 4H]`` for features ``[N, F]`` and state ``h``, in
     either cell: where they pass +-3 their gradient nearly vanishes."""
-    if isinstance(model.lstm, LayerNormLSTMCell):
-        return model.lstm.gates(features, h)
-    return F.linear(features, model.lstm.weight_ih, model.lstm.bias_ih) + \
-        F.linear(h, model.lstm.weight_hh, model.lstm.bias_hh)
+    cell = model.core.cell
+    if isinstance(cell, LayerNormLSTMCell):
+        return cell.gates(features, h)
+    return F.linear(features, cell.weight_ih, cell.bias_ih) + F.linear(h, cell.weight_hh, cell.bias_hh)
 
 
 @torch.inference_mode()
@@ -31,12 +32,12 @@ def core_health(model: ActorCritic, obs: torch.Tensor, state: State, episode_sta
     """
     features = model.encode(obs)
     health = {"feature_mean_abs": float(features.abs().mean())}
-    out, _ = model.step_core(features, state, episode_starts)
+    out, _ = model.core(features, state, episode_starts)
     if model.recurrent:
         keep = (1.0 - episode_starts).unsqueeze(1)
         gates = gate_preactivations(model, features, state[0] * keep)
         health["gate_saturation"] = float((gates.abs() > 3).float().mean())
-    core = out[:, -model.hidden_size:] if model.core_skip else out  # the LSTM's own output
+    core = model.core.lstm_output(out)
     health["output_std"] = float(core.std(0).mean())
     if model.critic is not None:
         health["value_std"] = float(model.values(out, obs).std())

@@ -111,7 +111,7 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
                 actions = model.mode(logits)
             elif model.continuous:  # the Gaussian's mean plus its spread times noise from the generator
                 mean = model.mode(logits)
-                actions = model.sample_with(logits, torch.randn(mean.shape, generator=generator, device=mean.device))
+                actions = model.policy.sample_with(logits, torch.randn(mean.shape, generator=generator, device=mean.device))
             else:
                 actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
             obs_np, _, dones, infos = envs.step(actions.cpu().numpy())

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import ConvEncoder
+from nets.encoders import ConvEncoder
 
 
 class IntrinsicRewardProvider(Protocol):

@@ -23,7 +23,7 @@ from envs import _make_ale
 from envs import make_eval_envs
 from evaluate import EvalResult, episode_shares, evaluate, summarize
 from video import GameRecorder
-from model import ActorCritic
+from model import ActorCritic, build_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -73,7 +73,7 @@ def video_frames(path: str) -> tuple[int, tuple[int, ...]]:
 
 def model_for(envs, seed: int = 0) -> ActorCritic:
     torch.manual_seed(seed)
-    return ActorCritic(envs.observation_space.shape, int(envs.action_space.n))
+    return build_model(envs.observation_space.shape, int(envs.action_space.n))
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -151,12 +151,19 @@ class RecordingModel(ActorCritic):
         return logits, values, state
 
 
+def built_as(cls: type, *args, **kwargs) -> ActorCritic:
+    """``build_model``'s network, as an instance of the subclass ``cls`` of ActorCritic."""
+    model = build_model(*args, **kwargs)
+    model.__class__ = cls
+    return model
+
+
 def test_deterministic_play_takes_argmax_and_repeats_exactly():
     def play(deterministic: bool, torch_seed: int):
         envs = make_eval_envs(GAME, 2, seed=11, protocol="machado", max_episode_frames=FRAMES)
         try:
             torch.manual_seed(0)
-            model = RecordingModel(envs.observation_space.shape, int(envs.action_space.n))
+            model = built_as(RecordingModel, envs.observation_space.shape, int(envs.action_space.n))
             model.trace = []
             taken = []
             original_step = envs.step
@@ -200,7 +207,7 @@ def test_the_recurrent_state_starts_afresh_where_an_episode_ended():
     envs.step = recording_step
     try:
         torch.manual_seed(0)
-        model = StartsModel(envs.observation_space.shape, int(envs.action_space.n), hidden_size=32)
+        model = built_as(StartsModel, envs.observation_space.shape, int(envs.action_space.n), hidden_size=32)
         model.seen = []
         evaluate(model, envs, episodes=4)
     finally:
@@ -218,7 +225,7 @@ def test_a_bfloat16_agent_casts_its_weights_once_a_game_and_plays_the_same(monke
         envs = make_eval_envs(GAME, 2, seed=3, protocol="classic", max_episode_frames=FRAMES)
         try:
             torch.manual_seed(0)
-            model = RecordingModel(envs.observation_space.shape, int(envs.action_space.n), recurrent=False,
+            model = built_as(RecordingModel, envs.observation_space.shape, int(envs.action_space.n), recurrent=False,
                                    arch="nature", bf16=True)
             model.trace = []
             with WeightCasts(model.encoder.parameters()) as casts:

@@ -21,7 +21,7 @@ from envs import action_size, make_vec_env
 from seeds import group_seeds
 from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, grpo_loss,
                   k3_kl)
-from model import ActorCritic
+from model import build_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -79,7 +79,7 @@ def test_the_clipped_ratio_stops_the_gradient_and_is_counted():
 # ------------------------------------------------------------------------------------------------ the agent
 def tiny_agent(group_size: int = 2, **kwargs) -> GRPOAgent:
     torch.manual_seed(0)
-    model = ActorCritic((3,), 2, recurrent=False, critic=False)
+    model = build_model((3,), 2, recurrent=False, critic=False)
     settings = dict(lr=1e-2, optimizer="adam", entropy_coeff=0.0, max_grad_norm=1e9, gamma=1.0)
     settings.update(kwargs)
     return GRPOAgent(model, group_size=group_size, **settings)

@@ -15,7 +15,7 @@ from agent import a2c_loss, load_model, make_optimizer
 from algorithms import load_agent, make_agent
 from config import Config, Curiosity
 from icm import ICM, RunningStd
-from model import ActorCritic
+from model import ActorCritic, build_model
 from runner import Runner
 from storage import RolloutStorage, compute_returns
 from recording_writer import RecordingWriter

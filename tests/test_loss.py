@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from agent import A2CAgent, a2c_loss
-from model import ActorCritic
+from model import build_model
 from storage import Batch
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -21,7 +21,7 @@ T, N = 3, 2
 
 def make_model(seed=0):
     torch.manual_seed(seed)
-    return ActorCritic(OBS_SHAPE, NUM_ACTIONS, recurrent=True, hidden_size=HIDDEN)
+    return build_model(OBS_SHAPE, NUM_ACTIONS, recurrent=True, hidden_size=HIDDEN)
 
 
 def make_batch(model, seed=0, returns_scale=1.0):
@@ -114,7 +114,7 @@ def test_gradients_reach_both_heads_lstm_and_encoder():
     logits, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
     terms = a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages, 0.5, 0.01)
     terms["total"].backward()
-    for name in ["actor.weight", "critic.weight", "lstm.weight_ih", "lstm.weight_hh",
+    for name in ["policy.linear.weight", "critic.linear.weight", "core.cell.weight_ih", "core.cell.weight_hh",
                  "encoder.convs.0.weight", "encoder.convs.6.weight"]:
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -224,7 +224,7 @@ def test_a_network_without_a_critic_has_no_value_head_and_values_every_state_at_
     from storage import compute_returns
 
     torch.manual_seed(0)
-    model = ActorCritic(OBS_SHAPE, NUM_ACTIONS, recurrent=True, hidden_size=HIDDEN, critic=False)
+    model = build_model(OBS_SHAPE, NUM_ACTIONS, recurrent=True, hidden_size=HIDDEN, critic=False)
     assert model.spec["critic"] is False and not any(k.startswith("critic") for k in model.state_dict())
     agent = A2CAgent(model)
     assert {id(p) for p in agent.params} == {id(p) for p in model.parameters()}  # nothing else to optimize
@@ -254,7 +254,7 @@ def test_a_run_without_a_critic_trains_saves_plays_and_keeps_its_choice(tmp_path
     assert main.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = load_checkpoint(f"{run_dir}/a2c_last")
-    assert last["model_spec"]["critic"] is False and "critic.weight" not in last["model"]
+    assert last["model_spec"]["critic"] is False and "critic.linear.weight" not in last["model"]
     assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "1", "--no-cuda"]) == 0
     message = one_line_error(["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--critic"])
     assert "was saved with --critic false (another architecture); cannot use true" in message
@@ -276,7 +276,7 @@ def test_normalized_advantages_worked_by_hand():
 
 def test_the_agent_normalizes_advantages_only_when_asked():
     torch.manual_seed(0)
-    model = ActorCritic((3,), 2, recurrent=False)
+    model = build_model((3,), 2, recurrent=False)
     batch = Batch(obs=torch.randn(2, 1, 3), episode_starts=torch.zeros(2, 1), actions=HAND["actions"],
                   returns=HAND["returns"], advantages=HAND["advantages"], values=torch.zeros(2, 1),
                   log_probs=torch.zeros(2, 1), initial_state=())

@@ -17,7 +17,7 @@ import checkpoints
 import main as cli
 from agent import A2CAgent, a2c_loss
 from config import Config
-from model import ActorCritic
+from model import build_model
 from ppo import PPOAgent, clipped_surrogate, ppo_loss
 from recipes import defaults_for
 from storage import RolloutStorage
@@ -65,7 +65,7 @@ def test_a_clipped_ratio_passes_no_gradient():
 def _rollout(recurrent: bool, T: int = 6, N: int = 4, seed: int = 0):
     """A model and a batch of T steps in N envs of made-up observations, with episode starts inside."""
     torch.manual_seed(seed)
-    model = ActorCritic((5,), 3, recurrent=recurrent, hidden_size=8, mlp_width=16, separate_critic=not recurrent)
+    model = build_model((5,), 3, recurrent=recurrent, hidden_size=8, mlp_width=16, separate_critic=not recurrent)
     storage = RolloutStorage(T, N, (5,), obs_dtype=torch.float32)
     state = model.initial_state(N)
     storage.start(state)

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from model import ActorCritic, ConvEncoder
+from model import build_model
+from nets.encoders import ConvEncoder
 from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -17,7 +18,7 @@ HIDDEN = 16
 
 def make_model(recurrent=True, seed=0, obs_shape=OBS_SHAPE, hidden=HIDDEN, actions=NUM_ACTIONS):
     torch.manual_seed(seed)
-    return ActorCritic(obs_shape, actions, recurrent=recurrent, hidden_size=hidden)
+    return build_model(obs_shape, actions, recurrent=recurrent, hidden_size=hidden)
 
 
 def rand_obs(*lead, seed=0, obs_shape=OBS_SHAPE):
@@ -213,7 +214,7 @@ def test_backward_on_next_rollout_after_previous_graph_was_freed():
 def test_feedforward_model_has_empty_state_and_works():
     model = make_model(recurrent=False)
     assert model.initial_state(3) == ()
-    assert not hasattr(model, "lstm")
+    assert not model.recurrent and not hasattr(model.core, "cell")
     logits, values, state = model(rand_obs(3), (), torch.zeros(3))
     assert logits.shape == (3, NUM_ACTIONS) and values.shape == (3,) and state == ()
     logits, values, state = model.forward_sequence(rand_obs(4, 3), (), torch.zeros(4, 3))
@@ -255,10 +256,10 @@ def test_actor_head_init_small_so_initial_policy_near_uniform():
     """Actor weight orthogonal with gain 0.01 (each row norm 0.01), zero bias: entropy ~ log(A)."""
     A = 6
     model = make_model(hidden=32, actions=A)
-    row_norms = model.actor.weight.norm(dim=1)
+    row_norms = model.policy.linear.weight.norm(dim=1)
     assert_close(row_norms, torch.full((A,), 0.01), rtol=1e-4, atol=0)
-    assert torch.count_nonzero(model.actor.bias) == 0
-    assert_close(model.critic.weight.norm(), torch.tensor(1.0), rtol=1e-4, atol=0)  # critic gain 1
+    assert torch.count_nonzero(model.policy.linear.bias) == 0
+    assert_close(model.critic.linear.weight.norm(), torch.tensor(1.0), rtol=1e-4, atol=0)  # critic gain 1
     with torch.no_grad():
         logits, _, _ = model.forward_sequence(rand_obs(3, 4), model.initial_state(4), torch.ones(3, 4))
     entropy = torch.distributions.Categorical(logits=logits).entropy()

@@ -13,7 +13,7 @@ from diagnostics import core_health
 from agent import RMSpropTF, make_optimizer
 from algorithms import load_agent, make_agent
 from config import Config
-from model import ActorCritic
+from model import build_model
 from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -101,7 +101,7 @@ def test_default_layer_norm_lstm_stays_alive_under_torchs_rmsprop(make_runner, t
 
 def test_core_health_of_a_feed_forward_network_has_no_gates():
     torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, recurrent=False)
+    model = build_model((4, 84, 84), 6, recurrent=False)
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     health = core_health(model, obs, (), torch.zeros(3))
     assert set(health) == {"feature_mean_abs", "output_std", "value_std"}
@@ -134,7 +134,7 @@ def test_feature_norm_normalizes_each_frames_features_and_old_specs_still_build(
     """--feature-norm: each frame's features reach the core with zero mean and unit spread; a
     checkpoint's spec without the key (older runs) builds the network without the norm."""
     torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, feature_norm=True)
+    model = build_model((4, 84, 84), 6, feature_norm=True)
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     with torch.no_grad():
         features = model.encode(obs)
@@ -143,8 +143,8 @@ def test_feature_norm_normalizes_each_frames_features_and_old_specs_still_build(
     assert_close(features.std(1, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
     assert not torch.allclose(raw.mean(1), torch.zeros(3), atol=1e-2)  # the encoder's own are not
     assert model.spec["feature_norm"] is True
-    old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "feature_norm"}
-    assert ActorCritic(**old_spec).feature_norm is None
+    old_spec = {k: v for k, v in build_model((4, 84, 84), 6).spec.items() if k != "feature_norm"}
+    assert build_model(**old_spec).feature_norm is None
 
 
 def test_core_skip_heads_read_the_features_beside_the_lstm_output():
@@ -152,19 +152,19 @@ def test_core_skip_heads_read_the_features_beside_the_lstm_output():
     is the feed-forward one on the same features (memory cannot reach the heads), and with them
     the state does; a spec without the key (older runs) builds the plain core."""
     torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, core_skip=True)
+    model = build_model((4, 84, 84), 6, core_skip=True)
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     starts = torch.zeros(3)
     other = (torch.randn(3, 256), torch.randn(3, 256))
     with torch.no_grad():
         features = model.encode(obs)
-        h, _ = model.lstm(features, other)
+        h, _ = model.core.cell(features, other)
         logits, values, (h_next, _) = model(obs, other, starts)
         assert_close(h_next, h)
-        assert_close(logits, model.actor(torch.cat([features, h], 1)))
-        assert_close(values, model.critic(torch.cat([features, h], 1)).squeeze(-1))
-        assert model.actor.in_features == model.encoder.out_features + 256
-        for head in (model.actor, model.critic):
+        assert_close(logits, model.policy.linear(torch.cat([features, h], 1)))
+        assert_close(values, model.critic.linear(torch.cat([features, h], 1)).squeeze(-1))
+        assert model.policy.linear.in_features == model.encoder.out_features + 256
+        for head in (model.policy.linear, model.critic.linear):
             head.weight[:, -256:] = 0.0
         zero_state = model.initial_state(3)
         a = model(obs, zero_state, starts)
@@ -172,12 +172,12 @@ def test_core_skip_heads_read_the_features_beside_the_lstm_output():
     assert_close(a[0], b[0])
     assert_close(a[1], b[1])
     with torch.no_grad():
-        assert_close(a[0], torch.nn.functional.linear(features, model.actor.weight[:, :-256], model.actor.bias))
+        assert_close(a[0], torch.nn.functional.linear(features, model.policy.linear.weight[:, :-256], model.policy.linear.bias))
     assert not torch.allclose(logits, b[0])  # before zeroing, the state changed the policy
     assert model.spec["core_skip"] is True
-    old_spec = {k: v for k, v in ActorCritic((4, 84, 84), 6).spec.items() if k != "core_skip"}
-    assert ActorCritic(**old_spec).core_skip is False
-    assert ActorCritic((4, 84, 84), 6, recurrent=False, core_skip=True).spec["core_skip"] is False
+    old_spec = {k: v for k, v in build_model((4, 84, 84), 6).spec.items() if k != "core_skip"}
+    assert build_model(**old_spec).spec["core_skip"] is False
+    assert build_model((4, 84, 84), 6, recurrent=False, core_skip=True).spec["core_skip"] is False
 
 
 def test_debiased_rmsprop_on_a_case_worked_by_hand():
@@ -198,7 +198,7 @@ def test_layer_norm_lstm_cell_by_its_formula_and_it_survives_weights_grown_100x(
     with LN computed here from its definition; and where the weights grow 100-fold (what a too
     large step does), the plain LSTM's gates saturate and its output stops depending on the frame,
     while the normalized cell's do not."""
-    from model import LayerNormLSTMCell
+    from nets.cores import LayerNormLSTMCell
 
     torch.manual_seed(0)
     cell = LayerNormLSTMCell(5, 3)
@@ -222,9 +222,9 @@ def test_layer_norm_lstm_cell_by_its_formula_and_it_survives_weights_grown_100x(
     health = {}
     for norm in (False, True):
         torch.manual_seed(1)
-        model = ActorCritic((4, 84, 84), 6, lstm_norm=norm)
+        model = build_model((4, 84, 84), 6, lstm_norm=norm)
         with torch.no_grad():
-            model.lstm.weight_ih.mul_(100.0)
+            model.core.cell.weight_ih.mul_(100.0)
         health[norm] = core_health(model, obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1),
                                          torch.zeros(16))
     assert health[False]["gate_saturation"] > 0.8

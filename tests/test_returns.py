@@ -189,9 +189,9 @@ def test_storage_insert_then_batch_round_trip():
 
 def _agent(**kwargs):
     from agent import A2CAgent
-    from model import ActorCritic
+    from model import build_model
     torch.manual_seed(0)
-    return A2CAgent(ActorCritic((1, 8, 8), 2, hidden_size=4), **kwargs)
+    return A2CAgent(build_model((1, 8, 8), 2, hidden_size=4), **kwargs)
 
 
 def test_agent_adds_the_time_limit_bootstrap_to_the_env_reward():

@@ -32,7 +32,8 @@ import checkpoints
 from agent import load_model
 from algorithms import make_agent
 from config import Config, Speed
-from model import ActorCritic, ConvEncoder, NatureEncoder
+from model import ActorCritic, build_model
+from nets.encoders import ConvEncoder, NatureEncoder
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -54,7 +55,7 @@ def test_channels_last_gives_the_same_network_and_outputs(arch, recurrent):
     models = []
     for channels_last in (False, True):
         torch.manual_seed(0)
-        models.append(ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=channels_last))
+        models.append(build_model((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=channels_last))
     plain, fast = models
     conv = next(m for m in fast.encoder.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
@@ -85,8 +86,8 @@ def test_nature_encoder_is_the_dqn_network():
     assert type(enc.fc[0]) is torch.nn.Linear
     assert list(enc.state_dict())[-2:] == ["fc.0.weight", "fc.0.bias"]  # the keys older checkpoints were saved with
     assert enc(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 512)
-    lstm = ActorCritic((4, 84, 84), 6, recurrent=True, arch="nature", hidden_size=64)
-    assert lstm.lstm.input_size == 512 and lstm.spec["arch"] == "nature"
+    lstm = build_model((4, 84, 84), 6, recurrent=True, arch="nature", hidden_size=64)
+    assert lstm.core.cell.input_size == 512 and lstm.spec["arch"] == "nature"
 
 
 def test_nature_checkpoint_plays_back(tmp_path):
@@ -103,7 +104,7 @@ def test_nature_checkpoint_plays_back(tmp_path):
 
 def test_unknown_arch_is_refused():
     with pytest.raises(ValueError, match="unknown architecture"):
-        ActorCritic((4, 84, 84), 6, arch="resnet")
+        build_model((4, 84, 84), 6, arch="resnet")
 
 
 def test_acting_in_inference_mode_matches_no_grad():
@@ -190,7 +191,7 @@ def test_encoder_in_passes_trains_the_same(make_runner, tmp_path):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_frames_are_scaled_in_one_pass_to_the_same_numbers(channels_last):
-    from model import _scaled
+    from nets.encoders import _scaled
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     scaled = _scaled(obs, channels_last)
     assert scaled.dtype == torch.float32 and torch.equal(scaled, obs.float() / 255.0)
@@ -247,8 +248,8 @@ def test_training_through_the_collected_graph_gives_the_same_losses(make_runner,
 def twin_models(arch: str, recurrent: bool) -> tuple[ActorCritic, ActorCritic]:
     """A float32 model and a bf16 one with the same weights."""
     torch.manual_seed(0)
-    plain = ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True)
-    fast = ActorCritic((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True, bf16=True)
+    plain = build_model((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True)
+    fast = build_model((4, 84, 84), 6, recurrent=recurrent, arch=arch, channels_last=True, bf16=True)
     fast.load_state_dict(plain.state_dict())
     return plain, fast
 
@@ -264,10 +265,10 @@ def test_bf16_computes_the_encoder_in_bfloat16_and_the_rest_in_float32(arch, rec
         module.register_forward_hook(hook)
 
     record("conv out", next(m for m in fast.encoder.modules() if isinstance(m, torch.nn.Conv2d)), output=True)
-    record("actor in", fast.actor, output=False)
+    record("actor in", fast.policy.linear, output=False)
     record("critic out", fast.critic, output=True)
     if recurrent:
-        record("lstm in", fast.lstm, output=False)
+        record("lstm in", fast.core.cell, output=False)
     obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
     logits, values, state = fast.forward_sequence(obs, fast.initial_state(3), torch.zeros(2, 3))
     assert dtypes.pop("conv out") == torch.bfloat16

@@ -22,7 +22,8 @@ from envs import action_size, make_vec_env
 from envs import make_eval_envs
 from video import GameRecorder
 from gym_vec_env import GymVecEnv
-from model import ActorCritic, MLPEncoder
+from model import build_model
+from nets.encoders import MLPEncoder
 from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -105,10 +106,10 @@ def test_factory_refuses_what_the_agent_cannot_play():
 def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
     """log N(a; mu, sigma) summed over dimensions: -sum((a - mu)^2 / (2 sigma^2) + log sigma + log(2 pi) / 2)."""
     torch.manual_seed(0)
-    model = ActorCritic((3,), 2, recurrent=False, continuous=True)
-    assert isinstance(model.encoder, MLPEncoder) and model.actor.out_features == 2
+    model = build_model((3,), 2, recurrent=False, continuous=True)
+    assert isinstance(model.encoder, MLPEncoder) and model.policy.linear.out_features == 2
     with torch.no_grad():
-        model.log_std.copy_(torch.tensor([0.0, math.log(2.0)]))
+        model.policy.log_std.copy_(torch.tensor([0.0, math.log(2.0)]))
     mean = torch.tensor([[0.5, -1.0]])
     with torch.no_grad():
         dist = model.distribution(mean)
@@ -119,7 +120,7 @@ def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
     assert float(dist.entropy()) == pytest.approx(2 * 1.418939 + math.log(2.0), abs=1e-5)
     assert_close(model.mode(mean), mean)
     logits = torch.tensor([[0.1, 2.0, -1.0]])
-    discrete = ActorCritic((3,), 3, recurrent=False)
+    discrete = build_model((3,), 3, recurrent=False)
     assert discrete.mode(logits).tolist() == [1]
     assert_close(discrete.distribution(logits).log_prob(torch.tensor([1])), torch.log_softmax(logits, -1)[:, 1])
     storage = RolloutStorage(4, 2, (3,), obs_dtype=torch.float32, action_shape=(2,))
@@ -165,12 +166,12 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     assert data["model_spec"]["mlp_width"] == 32
     weights = data["model"]
     assert weights["encoder.layers.0.weight"].shape == (32, 3) and weights["encoder.layers.2.weight"].shape == (32, 32)
-    assert weights["critic_encoder.layers.2.weight"].shape == (32, 32) and weights["actor.weight"].shape == (1, 32)
+    assert weights["critic.encoder.layers.2.weight"].shape == (32, 32) and weights["policy.linear.weight"].shape == (1, 32)
     # One update of RMSprop moves the log-std by about lr at most from where it started.
-    assert float(weights["log_std"]) == pytest.approx(-2.0, abs=0.01)
-    assert ActorCritic((3,), 1, recurrent=False, continuous=True).log_std.tolist() == [0.0]
+    assert float(weights["policy.log_std"]) == pytest.approx(-2.0, abs=0.01)
+    assert build_model((3,), 1, recurrent=False, continuous=True).policy.log_std.tolist() == [0.0]
     old_spec = {k: v for k, v in data["model_spec"].items() if k != "mlp_width"}
-    assert ActorCritic(**old_spec).encoder.out_features == 64
+    assert build_model(**old_spec).encoder.out_features == 64
     # Both shape the network a run starts with: a resumed run keeps its own.
     assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--mlp-width", "64"]) == 2
     assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--log-std-init", "0"]) == 2
@@ -183,10 +184,10 @@ def test_state_dependent_exploration_by_hand():
     from agent import A2CAgent
 
     torch.manual_seed(0)
-    model = ActorCritic((3,), 2, recurrent=False, continuous=True, sde=True, mlp_width=2)
-    assert model.spec["sde"] and model.log_std.shape == (2, 2)
+    model = build_model((3,), 2, recurrent=False, continuous=True, sde=True, mlp_width=2)
+    assert model.spec["sde"] and model.policy.log_std.shape == (2, 2)
     with torch.no_grad():
-        model.log_std.copy_(torch.log(torch.tensor([[1.0, 2.0], [3.0, 0.5]])))
+        model.policy.log_std.copy_(torch.log(torch.tensor([[1.0, 2.0], [3.0, 0.5]])))
     out = torch.tensor([[0.5, -1.0, 0.6, 0.8]])  # mean (0.5, -1.0), features (0.6, 0.8)
     dist = model.distribution(out)
     # spreads: sqrt(.36 * 1 + .64 * 9) = sqrt(6.12), sqrt(.36 * 4 + .64 * .25) = sqrt(1.6)
@@ -208,7 +209,7 @@ def test_state_dependent_exploration_by_hand():
     obs = torch.randn(4, 3)
     logits, _, _ = model(obs, (), torch.zeros(4))
     model.distribution(logits).entropy().sum().backward()
-    assert model.log_std.grad.abs().sum() > 0 and model.encoder.layers[0].weight.grad.abs().sum() == 0
+    assert model.policy.log_std.grad.abs().sum() > 0 and model.encoder.layers[0].weight.grad.abs().sum() == 0
 
 
 def test_cartpole_learns(tmp_path):
