@@ -273,7 +273,7 @@ class GroupRunner(Runner):
         N = cfg.num_envs
         self.envs.set_reset_seeds(group_seeds(cfg.seed, st.update, self.groups, cfg.group.size))
         obs = self._to_tensor(self.envs.reset())
-        self.drawn_physics += [info["physics"] for info in getattr(self.envs, "reset_infos", []) if "physics" in info]
+        self.notify("on_reset", getattr(self.envs, "reset_infos", []))
         state = agent.model.initial_state(N, self.device)
         starts = torch.ones(N, device=self.device)
         # Which members are still in their episode, kept on the host (the loop reads it every step)

@@ -2,7 +2,10 @@
 
 One update reads::
 
-    collect a rollout -> compute returns -> agent.update -> log -> checkpoints
+    collect a rollout -> compute returns -> agent.update -> log
+
+and everything else the loop does (checkpoints, periodic evaluation, the network's health, reward
+parts, histograms) is a callback (``callbacks.py``) called at fixed points of it.
 
 The rollout is collected without gradients; the update (``A2CAgent.loss``) runs the network over
 the stored observations again, from the recurrent state the rollout started with. The speed
@@ -25,20 +28,17 @@ from stable_baselines3.common.vec_env import VecEnv
 
 import normalize
 from agent import A2CAgent
+from callbacks import Callback, default_callbacks
 from checkpoints import Checkpoints, TrainingState
 from config import Config
 from control import RunContext, StopSignals
 from devices import HostToDevice
-from diagnostics import core_health
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
 from utils import atomic_write, linear_schedule
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
-# Below this spread across envs (with most gates saturated) the LSTM's output no longer depends on
-# the frames: 0.007 for a fresh network on Pong, 1e-5 and less for one whose gates saturated.
-DEAD_CORE_OUTPUT_STD = 1e-4
 
 
 # Plays the current policy for whole games on envs of its own and returns their raw scores.
@@ -49,17 +49,19 @@ class Runner:
     """Drives a vector env with an agent for ``config.num_updates`` updates.
 
     ``evaluator``, when given, is called every ``config.eval_interval`` updates with the network
-    (see :class:`evaluate.PeriodicEvaluator`); its mean score is logged as ``eval/return_mean``
-    and the best evaluated weights are kept in ``a2c_best_eval``.
+    (see :class:`evaluate.PeriodicEvaluator` and :class:`callbacks.Evaluation`). ``callbacks``:
+    what the loop calls besides training (``callbacks.default_callbacks()`` unless given).
     """
 
     HISTOGRAMS = ("advantages", "values", "returns")  # Batch fields logged as rollout/<name> histograms
 
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
-                 evaluator: Optional[Evaluator] = None, context: RunContext = RunContext()) -> None:
+                 evaluator: Optional[Evaluator] = None, context: RunContext = RunContext(),
+                 callbacks: Optional[list[Callback]] = None) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
         self.evaluator = evaluator
+        self.callbacks = default_callbacks(self.HISTOGRAMS) if callbacks is None else callbacks
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
@@ -80,19 +82,20 @@ class Runner:
         # Normalizer and curiosity statistics, merged over the ranks after every rollout (from the reset on).
         self.statistics = shared_statistics(envs, agent, context)
         self.obs = self._to_tensor(envs.reset())
-        # Physics drawn for episodes since the last histograms (with --randomize-domain).
-        self.drawn_physics = [info["physics"] for info in getattr(envs, "reset_infos", []) if "physics" in info]
+        self.notify("on_reset", getattr(envs, "reset_infos", []))
         self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop = StopSignals()
         self.stop_reason = ""
-        self.warned_dead_core = False
         self.metrics = Metrics(writer, enabled=context.is_main)
         self.new_episodes = 0  # episodes finished in the current update (on every rank)
         self.ended_games: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
-        self.episode_ends: list[tuple[int, int]] = []  # (step in rollout, env) where a full game ended
-        self.reward_part_sums: dict[str, torch.Tensor] = {}
         # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
         self.history: deque[dict[str, float]] = deque(maxlen=HISTORY_LENGTH)
+
+    def notify(self, point: str, *args: Any) -> None:
+        """Call every callback at ``point`` of the loop (see ``callbacks.py``)."""
+        for callback in self.callbacks:
+            getattr(callback, point)(self, *args)
 
     # ------------------------------------------------------------------ collection
     def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
@@ -110,13 +113,11 @@ class Runner:
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
         storage.start(self.recurrent_state)
         agent.draw_exploration(self.envs.num_envs)
-        self.episode_ends.clear()
         with agent.model.casting_once():
             self._collect_steps(storage)
         self._record_episodes()
         batch = agent.make_batch(storage)
         self.statistics.merge()
-        self._log_reward_parts(batch)
         return batch
 
     def _collect_steps(self, storage: RolloutStorage) -> None:
@@ -134,6 +135,7 @@ class Runner:
             obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
             bootstrap = self._truncation_bootstrap(dones, infos, next_state)
             self._note_episodes(infos, t)
+            self.notify("on_step", infos, t)
             rewards_t, dones_t = self._step_arrays(rewards, dones)
             storage.insert(t, self.obs, self.episode_starts, actions, values, rewards_t, dones_t, bootstrap, log_probs)
             self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
@@ -157,12 +159,9 @@ class Runner:
     def _note_episodes(self, infos: list[dict], t: int) -> None:
         """Note the games that ended at step ``t`` of the rollout (raw full-game returns, from the Monitor)."""
         for i, info in enumerate(infos):
-            if "physics" in info:
-                self.drawn_physics.append(info["physics"])
             episode = info.get("episode")
             if episode is not None:
                 self.ended_games.append((t, i, float(episode["r"]), int(episode["l"])))
-                self.episode_ends.append((t, i))
 
     def _record_episodes(self) -> None:
         """Count and log the rollout's finished games, those of every rank, each at the global env
@@ -185,31 +184,6 @@ class Runner:
         envs = self.config.num_envs
         return self.state.step + t * envs * self.context.world_size + rank * envs + i + 1
 
-    def _log_reward_parts(self, batch: Batch) -> None:
-        """Per-episode sums of any extra reward the agent mixed in (e.g. curiosity), by name.
-
-        Summed over the same full-game episodes as the raw returns and logged when they end, as
-        ``episode/return_<name>``; plus the rollout's mean and max as ``rewards/<name>_mean|max``.
-        """
-        if not batch.reward_parts:
-            return
-        end_step = self.state.step + self.steps_per_update  # the rollout's last env step
-        for name, rewards in batch.reward_parts.items():
-            sums = self.reward_part_sums.setdefault(name, torch.zeros(self.config.num_envs))
-            rewards = rewards.detach().cpu()
-            ended = 0  # episode_ends are in time order
-            for t in range(rewards.shape[0]):
-                sums += rewards[t]
-                while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
-                    i = self.episode_ends[ended][1]
-                    self.metrics.scalar(f"episode/return_{name}", float(sums[i]),
-                                        self.episode_end_step(t, i, self.context.rank))
-                    sums[i] = 0.0
-                    ended += 1
-            if (self.state.update + 1) % self.config.log_interval == 0:
-                self.metrics.scalar(f"rewards/{name}_mean", float(rewards.mean()), end_step)
-                self.metrics.scalar(f"rewards/{name}_max", float(rewards.max()), end_step)
-
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:
         """Run until ``num_updates``, Ctrl+C / SIGTERM, or too many non-finite losses in a row.
@@ -227,7 +201,7 @@ class Runner:
                     self.agent.set_lr(scheduled_lr(cfg, st.update, st.step))
                     self.new_episodes = 0
                     batch = self.collect()
-                    self.checkpoints.rollout_played(st, games_ended=self.new_episodes > 0)
+                    self.notify("on_rollout_end", batch)
                     stats = self.learn(batch)
                     steps = self.env_steps(batch) * self.context.world_size  # the env steps of every rank
                     st.update += 1
@@ -253,15 +227,7 @@ class Runner:
                         fps = (st.step - tic_step) / max(now - tic, 1e-9)
                         tic, tic_step = now, st.step
                         metrics.log_interval(st.step, self.agent.lr, fps)
-                        self._log_core_health()
-                    if st.update % cfg.histogram_interval == 0:
-                        for name in self.HISTOGRAMS:
-                            metrics.histogram(f"rollout/{name}", getattr(batch, name), st.step)
-                        self._log_physics()
-                    if self.evaluator is not None and cfg.eval_interval and st.update % cfg.eval_interval == 0:
-                        self.evaluate()
-                    if st.update % cfg.checkpoint_interval == 0:
-                        self.save("a2c_last")
+                    self.notify("on_update_end", batch)
                     metrics.progress(steps, *((st.episodes.mean, st.episodes.count)
                                                              if st.update % 10 == 0 else ()))
             finally:
@@ -279,50 +245,13 @@ class Runner:
         return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
 
     def learn(self, batch: Batch) -> dict[str, float]:
-        """The algorithm's update on the batch (``agent.update``); the best-loss rule sees the batch's
-        loss before the weights change. The stats to log."""
-        return self.agent.update(batch, self.state.update,
-                                 on_loss=lambda loss: self.checkpoints.loss_computed(self.state, loss))
+        """The algorithm's update on the batch (``agent.update``); the callbacks see the batch's loss
+        before the weights change (the best-loss rule). The stats to log."""
+        return self.agent.update(batch, self.state.update, on_loss=lambda loss: self.notify("on_loss", loss))
 
     def env_steps(self, batch: Batch) -> int:
         """Env steps that ``batch`` holds: every env, every step of the rollout."""
         return self.config.steps_per_update
-
-    def _log_physics(self) -> None:
-        """``physics/<name>``: histograms of the physics drawn for the episodes begun since the last
-        ones (``--randomize-domain``; a switch such as LunarLander's wind as 0 or 1)."""
-        if not self.drawn_physics:
-            return
-        for name in self.drawn_physics[0]:
-            values = torch.tensor([float(p[name]) for p in self.drawn_physics])
-            self.metrics.histogram(f"physics/{name}", values, self.state.step)
-        self.drawn_physics = []
-
-    def _log_core_health(self) -> None:
-        """``core/*``: the health of the encoder and recurrent core on the envs' current step (see
-        ``diagnostics.core_health``); warns once if the LSTM has collapsed to one output for all frames."""
-        if self.config.num_envs < 2 or not self.context.is_main:
-            return
-        health = core_health(self.agent.model, self.obs, self.recurrent_state, self.episode_starts)
-        for name, value in health.items():
-            self.metrics.scalar(f"core/{name}", value, self.state.step)
-        if (not self.warned_dead_core and health.get("gate_saturation", 0.0) > 0.5
-                and health["output_std"] < DEAD_CORE_OUTPUT_STD):
-            self.warned_dead_core = True
-            self.metrics.say(f"warning: the LSTM gives the same output for every env (spread "
-                             f"{health['output_std']:.1e}, {health['gate_saturation']:.0%} of its gates saturated): "
-                             f"the policy no longer sees the screen; see core/ in TensorBoard")
-
-    def evaluate(self) -> float:
-        """Play the current policy on the evaluator's envs; log the scores; keep the best as a2c_best_eval."""
-        scores = list(self.evaluator(self.agent.model))
-        mean = sum(scores) / len(scores)
-        for name, value in (("mean", mean), ("std", float(np.std(scores))), ("min", min(scores)),
-                            ("max", max(scores))):
-            self.metrics.scalar(f"eval/return_{name}", value, self.state.step)
-        self.metrics.say(f"evaluation at {self.state.step} env steps: mean score {mean:.2f} over {len(scores)} games")
-        self.checkpoints.evaluated(self.state, mean)
-        return mean
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
         """Finish the current update, then write a2c_last and leave (what Ctrl+C and SIGTERM do)."""

@@ -21,6 +21,7 @@ from envs import action_size, make_vec_env
 from seeds import group_seeds
 from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, grpo_loss,
                   k3_kl)
+from callbacks import PhysicsHistograms
 from model import build_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -210,7 +211,8 @@ def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after
         for group in (obs[:3], obs[3:]):
             assert all(torch.equal(group[0], member) for member in group)  # one seed, one start
         assert not torch.equal(obs[0], obs[3])  # another group, another start
-        physics = runner.drawn_physics[-6:]  # randomized physics are drawn from the reset seed too
+        drawn = next(c for c in runner.callbacks if isinstance(c, PhysicsHistograms)).drawn
+        physics = drawn[-6:]  # randomized physics are drawn from the reset seed too
         assert physics[0] == physics[1] == physics[2] and physics[3] == physics[4] == physics[5]
         assert physics[0] != physics[3]
         # Each member's mask covers exactly its episode: 1 up to its end, 0 after, never again 1.
