@@ -37,14 +37,12 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     every rank checks the input alike and refuses bad input before the process group starts; rank
     0 alone makes the run directory and writes into it.
     """
-
-
     context = distributed.context_from_environment()
     algo = algorithm(config.algo)
-    if config.arch not in CONV_ENCODERS:
-        raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
+    # A resumed run's settings (its checkpoint's, with the flags typed now on top) are checked as a new run's are.
+    check_settings(config)
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
@@ -55,22 +53,6 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         except OSError as exc:
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
-        continuous = check_env(config.env_name)
-        if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
-            flag = "--sde" if config.sde else "--log-std-init"
-            raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
-        algo.check(config)
-        if not is_atari(config.env_name):
-            if config.curiosity.enabled:
-                raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
-        elif config.normalize_obs or config.normalize_reward:
-            raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
-                             f"of {config.env_name}")
-        elif config.mlp_width != Config.mlp_width:
-            raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
-                             f"frames go through the conv encoder (--arch)")
-        if config.randomize_domain:
-            check_randomizable(config.env_name)
         run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0
     device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory,
                                            vector_obs=not is_atari(config.env_name), tf32=config.speed.tf32,
@@ -145,6 +127,29 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
           f"{final.update} updates, {returns}; checkpoints in {run_dir}", flush=True)
     return 1 if "non-finite" in runner.stop_reason else 0
+
+
+def check_settings(config: Config) -> None:
+    """Refuse, in one line, settings a run cannot train with: an unknown network or env, and
+    settings that do not fit the env or the algorithm (``algorithms.Algorithm.check``)."""
+    if config.arch not in CONV_ENCODERS:
+        raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
+    continuous = check_env(config.env_name)
+    if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
+        flag = "--sde" if config.sde else "--log-std-init"
+        raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
+    algorithm(config.algo).check(config)
+    if not is_atari(config.env_name):
+        if config.curiosity.enabled:
+            raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
+    elif config.normalize_obs or config.normalize_reward:
+        raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
+                         f"of {config.env_name}")
+    elif config.mlp_width != Config.mlp_width:
+        raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
+                         f"frames go through the conv encoder (--arch)")
+    if config.randomize_domain:
+        check_randomizable(config.env_name)
 
 
 def describe_world(config: Config, context: Any, device: Any, checkpoint: Optional[dict[str, Any]]) -> str:

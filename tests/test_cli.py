@@ -293,6 +293,20 @@ def test_json_path_that_is_no_file_is_refused_before_playing(trained_run, tmp_pa
             ["--eval", "--load", last, "--episodes", "1", "--json", path])
 
 
+def test_a_resumed_runs_settings_are_checked_as_a_new_runs(trained_run, one_line_error, monkeypatch):
+    """The flags a resume may change (those not fixed by the run) still have to fit the env and
+    the algorithm: the checkpoint's settings with them on top go through a new run's checks."""
+    import training
+
+    monkeypatch.setattr(training, "seed_everything", lambda seed: pytest.fail("training started"))
+    last = os.path.join(trained_run, "a2c_last")
+    more = ["--num-updates", str(UPDATES + 2)]
+    assert "--normalize-obs and --normalize-reward are for vector observations" in one_line_error(
+        ["--resume", last, *more, "--normalize-reward"])
+    assert "PongNoFrameskip-v4" in one_line_error(["--resume", last, *more, "--randomize-domain"])
+    assert "--horizon is for --algo grpo" in one_line_error(["--resume", last, *more, "--horizon", "5"])
+
+
 def test_weights_only_checkpoint_cannot_resume(trained_run, one_line_error):
     assert "holds weights only" in one_line_error(["--resume", os.path.join(trained_run, "a2c_best_loss")])
 
