@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from config import Config, get_setting, with_settings
 from envs import game_of
 from metrics import EpisodeStats
 from seeds import rng_state, set_rng_state
@@ -34,6 +35,42 @@ from utils import UsageError, atomic_write
 CHECKPOINT_FORMAT = "recurrent-a2c/2"
 OLDER_FORMATS = ("recurrent-a2c/1",)
 BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
+
+
+# Settings that define a run and cannot change when it is resumed: the game, the network's shape,
+# the number of envs (the recurrent state's shape), the seed, the optimizer (its saved state) and
+# the algorithm (with the settings of its own that it fixes: algorithms.Algorithm.fixed).
+# Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
+RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
+                "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
+                "curiosity.enabled", "curiosity.normalize", "algo"}
+# Flags that fix the network's shape: a checkpoint cannot be loaded into another.
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
+                "n_stack")
+
+
+def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Config, typed: set[str],
+                             allowed: set[str], flag: Callable[[str], str]) -> Config:
+    """The checkpoint's settings, with the typed flags in ``allowed`` applied on top.
+
+    A typed flag outside ``allowed`` must agree with the checkpoint, or it is an error that names
+    it by ``flag(setting name)``.
+    """
+    saved = Config.from_dict(checkpoint["config"])
+    changes = {}
+    for name in sorted(typed):
+        mine, theirs = get_setting(config, name), get_setting(saved, name)
+        if name in allowed:
+            changes[name] = mine
+        elif mine != theirs:
+            what = "another architecture" if name in ARCHITECTURE else "other settings"
+            raise UsageError(f"checkpoint {path} was saved with {flag(name)} {_show(theirs)} ({what}); "
+                             f"cannot use {_show(mine)}")
+    return with_settings(saved, changes)
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def atomic_save(obj: Any, path: str) -> None:

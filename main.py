@@ -14,22 +14,11 @@ import sys
 from typing import Any, Optional, Sequence
 
 from config import OPTIMIZERS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
-from recipes import defaults_for
 from seeds import SEED_LIMIT
 
-# Settings that define a run and cannot change when it is resumed: the game, the network's shape,
-# the number of envs (the recurrent state's shape), the seed, the optimizer (its saved state) and
-# the algorithm (with the settings of its own that it fixes: algorithms.Algorithm.fixed).
-# Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"env_name", "num_envs", "n_stack", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
-                "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
-                "curiosity.enabled", "curiosity.normalize", "algo"}
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
 EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
-# Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
-                "n_stack")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -127,46 +116,47 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--eval-episodes", field="eval_episodes", type=positive_int, metavar="N")
     switch("--progress", "progress")
 
+    def in_group(group: Any) -> Any:
+        def add(*names: str, default: Any, **kwargs: Any) -> None:  # a mode flag, not a setting
+            group.add_argument(*names, default=default if with_defaults else argparse.SUPPRESS, **kwargs)
+        return add
+
     mode = p.add_argument_group("resume and evaluation")
-    mode.add_argument("--resume", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
-                      help="continue training from an a2c_last checkpoint, in its run directory")
-    mode.add_argument("--eval", action="store_true", default=False if with_defaults else argparse.SUPPRESS,
-                      help="play a saved agent (--load) and print its raw scores instead of training")
-    mode.add_argument("--load", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
-                      help="checkpoint to play with --eval (a2c_best_reward, a2c_best_eval, a2c_best_loss or "
-                           "a2c_last)")
-    mode.add_argument("--episodes", type=positive_int, default=10 if with_defaults else argparse.SUPPRESS,
-                      metavar="N", help="episodes to play with --eval")
-    policy = mode.add_mutually_exclusive_group()
-    policy.add_argument("--deterministic", dest="deterministic", action="store_true",
-                        default=False if with_defaults else argparse.SUPPRESS,
-                        help="with --eval, take the most probable action (argmax) instead of sampling one")
-    policy.add_argument("--stochastic", dest="deterministic", action="store_false", default=argparse.SUPPRESS,
-                        help="with --eval, sample actions from the policy, as in training (the default)")
-    mode.add_argument("--protocol", choices=["classic", "machado"],
-                      default="classic" if with_defaults else argparse.SUPPRESS,
-                      help="with --eval: 'classic' (NoFrameskip-v4: up to 30 no-op starts, no sticky actions) or "
-                           "'machado' (Machado et al. 2018: sticky actions 0.25, no no-op starts, games capped at "
-                           "108,000 frames)")
-    mode.add_argument("--full-action-space", action=argparse.BooleanOptionalAction,
-                      default=False if with_defaults else argparse.SUPPRESS,
-                      help="with --eval --protocol machado, play with all 18 Atari actions (the network must have 18)")
-    mode.add_argument("--eval-envs", type=positive_int, default=None if with_defaults else argparse.SUPPRESS,
-                      metavar="N", help="envs played in parallel with --eval; none given: min(episodes, 8)")
-    mode.add_argument("--json", metavar="PATH", default=None if with_defaults else argparse.SUPPRESS,
-                      help="with --eval, write the scores and statistics to this JSON file")
-    mode.add_argument("--video", metavar="DIR", default=None if with_defaults else argparse.SUPPRESS,
-                      help="with --eval, record each game's screen as an .mp4 into this directory")
-    mode.add_argument("--physics-grid", action="store_true", default=False if with_defaults else argparse.SUPPRESS,
-                      help="with --eval, play --episodes episodes in every cell of a grid of physics (LunarLander: "
-                           "gravity x wind power; CartPole: gravity x pole length) and write the mean returns as a "
-                           "table (--json, default CHECKPOINT_physics_grid.json) and a heat map (--out, default "
-                           "CHECKPOINT_physics_grid.png)")
-    mode.add_argument("--plot", nargs="+", metavar="RUN_DIR", default=None if with_defaults else argparse.SUPPRESS,
-                      help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
-                           "variance, gradient norm against env steps) into one image (--out)")
-    mode.add_argument("--out", metavar="FILE.png", default="plot.png" if with_defaults else argparse.SUPPRESS,
-                      help="image written by --plot (or by --eval --physics-grid)")
+    mode_flag = in_group(mode)
+    mode_flag("--resume", metavar="PATH", default=None,
+              help="continue training from an a2c_last checkpoint, in its run directory")
+    mode_flag("--eval", action="store_true", default=False,
+              help="play a saved agent (--load) and print its raw scores instead of training")
+    mode_flag("--load", metavar="PATH", default=None,
+              help="checkpoint to play with --eval (a2c_best_reward, a2c_best_eval, a2c_best_loss or a2c_last)")
+    mode_flag("--episodes", type=positive_int, default=10, metavar="N", help="episodes to play with --eval")
+    policy = in_group(mode.add_mutually_exclusive_group())
+    policy("--deterministic", dest="deterministic", action="store_true", default=False,
+           help="with --eval, take the most probable action (argmax) instead of sampling one")
+    policy("--stochastic", dest="deterministic", action="store_false", default=argparse.SUPPRESS,
+           help="with --eval, sample actions from the policy, as in training (the default)")
+    mode_flag("--protocol", choices=["classic", "machado"], default="classic",
+              help="with --eval: 'classic' (NoFrameskip-v4: up to 30 no-op starts, no sticky actions) or "
+                   "'machado' (Machado et al. 2018: sticky actions 0.25, no no-op starts, games capped at "
+                   "108,000 frames)")
+    mode_flag("--full-action-space", action=argparse.BooleanOptionalAction, default=False,
+              help="with --eval --protocol machado, play with all 18 Atari actions (the network must have 18)")
+    mode_flag("--eval-envs", type=positive_int, default=None, metavar="N",
+              help="envs played in parallel with --eval; none given: min(episodes, 8)")
+    mode_flag("--json", metavar="PATH", default=None,
+              help="with --eval, write the scores and statistics to this JSON file")
+    mode_flag("--video", metavar="DIR", default=None,
+              help="with --eval, record each game's screen as an .mp4 into this directory")
+    mode_flag("--physics-grid", action="store_true", default=False,
+              help="with --eval, play --episodes episodes in every cell of a grid of physics (LunarLander: "
+                   "gravity x wind power; CartPole: gravity x pole length) and write the mean returns as a "
+                   "table (--json, default CHECKPOINT_physics_grid.json) and a heat map (--out, default "
+                   "CHECKPOINT_physics_grid.png)")
+    mode_flag("--plot", nargs="+", metavar="RUN_DIR", default=None,
+              help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
+                   "variance, gradient norm against env steps) into one image (--out)")
+    mode_flag("--out", metavar="FILE.png", default="plot.png",
+              help="image written by --plot (or by --eval --physics-grid)")
     return p
 
 
@@ -227,45 +217,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.N
 
 
 # ------------------------------------------------------------------------------------------------
-def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Config, typed: set[str],
-                             allowed: set[str]) -> Config:
-    """The checkpoint's settings, with the typed flags in ``allowed`` applied on top.
-
-    A typed flag outside ``allowed`` must agree with the checkpoint, or it is an error.
-    """
-    from utils import UsageError
-
-    saved = Config.from_dict(checkpoint["config"])
-    changes = {}
-    for name in sorted(typed):
-        mine, theirs = get_setting(config, name), get_setting(saved, name)
-        if name in allowed:
-            changes[name] = mine
-        elif mine != theirs:
-            what = "another architecture" if name in ARCHITECTURE else "other settings"
-            raise UsageError(f"checkpoint {path} was saved with {_flag(name)} {_show(theirs)} ({what}); "
-                             f"cannot use {_show(mine)}")
-    return with_settings(saved, changes)
-
-
-def with_env_defaults(config: Config, typed: set[str]) -> Config:
-    """``config`` with the defaults of its env's family (``recipes.defaults_for``) for every setting not typed."""
-    from envs import check_env_id, is_atari
-
-    check_env_id(config.env_name)
-    family = defaults_for(config.env_name, vector=not is_atari(config.env_name), algo=config.algo)
-    return with_settings(config, {name: value for name, value in family.items() if name not in typed})
-
-
 def _flag(name: str) -> str:
     """The flag that sets setting ``name``."""
     if not FLAG_OF:
         build_parser()
     return FLAG_OF[name]
-
-
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -292,7 +248,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "out" in args.typed and not (args.eval and args.physics_grid):
             raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...] and --eval --physics-grid")
         if args.eval:
-            return play_saved(config, args, typed)
+            from play import play_command
+
+            return play_command(config, args, typed, _flag)
         if args.load is not None:
             raise UsageError("--load is for --eval; to continue training use --resume PATH")
         typed_eval = [name for name in EVAL_ONLY if name in args.typed]
@@ -304,16 +262,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         if args.resume is not None:
             from algorithms import fixed_on_resume
-            from checkpoints import load_checkpoint
+            from checkpoints import RESUME_FIXED, load_checkpoint, settings_from_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
             fixed = RESUME_FIXED | fixed_on_resume(Config.from_dict(checkpoint["config"]).algo)
-            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - fixed)
+            config = settings_from_checkpoint(checkpoint, args.resume, config, typed, typed - fixed, _flag)
             # The device is this process's choice, not the run's: what is typed now, else the default.
             config = with_settings(config, {"cuda": get_setting(config, "cuda") if "cuda" in typed else None})
             check_algo_flags(config, typed)
             return train(config, args.resume, checkpoint)
         check_algo_flags(config, typed)
+        from recipes import with_env_defaults
+
         return train(with_env_defaults(config, typed))
     except UsageError as exc:
         # Under torchrun every rank checks the same input: one line a machine, unless only this rank saw it.
@@ -323,32 +283,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:  # before training started (once it has, Ctrl+C stops it cleanly)
         print("error: interrupted", file=sys.stderr)
         return 130
-
-
-def play_saved(config: Config, args: argparse.Namespace, typed: set[str]) -> int:
-    """``--eval``: the checkpoint's settings with the typed flags that do not change the network on
-    top, then its games (play.py)."""
-    import play
-    from checkpoints import load_checkpoint
-    from utils import UsageError
-
-    if args.load is None:
-        raise UsageError("--eval needs --load PATH (a checkpoint to play)")
-    checkpoint = load_checkpoint(args.load)
-    allowed = typed - set(ARCHITECTURE)
-    max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
-    if args.physics_grid:
-        settings = settings_from_checkpoint(checkpoint, args.load, config, typed, allowed)
-        return play.play_grid(config, settings, checkpoint, args.load, args.episodes, max_steps=max_frames,
-                              deterministic=args.deterministic, json_path=args.json,
-                              out=args.out if "out" in args.typed else None, eval_envs=args.eval_envs)
-    # Another id of the same game may be typed: the checkpoint says which game, check_checkpoint_fits checks.
-    settings = settings_from_checkpoint(checkpoint, args.load, config, typed - {"env_name"}, allowed)
-    return play.play(config, settings, checkpoint, args.load, args.episodes,
-                     env_name=config.env_name if "env_name" in typed else None, max_frames=max_frames,
-                     deterministic=args.deterministic, protocol=args.protocol,
-                     full_action_space=args.full_action_space, eval_envs=args.eval_envs, json_path=args.json,
-                     video_dir=args.video)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ checkpoint's settings."""
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from agent import load_model
-from checkpoints import check_checkpoint_fits
+from checkpoints import ARCHITECTURE, check_checkpoint_fits, load_checkpoint, settings_from_checkpoint
 from config import Config
 from devices import describe, pick_device
 from envs import action_size, effective_frame_cap, is_atari, make_eval_envs
@@ -19,6 +19,28 @@ from seeds import env_seed, seed_everything
 from utils import UsageError, probe_writable
 
 
+def play_command(config: Config, args: Any, typed: set[str], flag: Callable[[str], str]) -> int:
+    """``--eval``: the checkpoint's settings with the typed flags that do not change the network on
+    top (``flag`` names a setting's flag), then its games, or its physics grid."""
+    if args.load is None:
+        raise UsageError("--eval needs --load PATH (a checkpoint to play)")
+    checkpoint = load_checkpoint(args.load)
+    allowed = typed - set(ARCHITECTURE)
+    max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
+    if args.physics_grid:
+        settings = settings_from_checkpoint(checkpoint, args.load, config, typed, allowed, flag)
+        return play_grid(config, settings, checkpoint, args.load, args.episodes, max_steps=max_frames,
+                         deterministic=args.deterministic, json_path=args.json,
+                         out=args.out if "out" in args.typed else None, eval_envs=args.eval_envs)
+    # Another id of the same game may be typed: the checkpoint says which game, check_checkpoint_fits checks.
+    settings = settings_from_checkpoint(checkpoint, args.load, config, typed - {"env_name"}, allowed, flag)
+    return play(config, settings, checkpoint, args.load, args.episodes,
+                env_name=config.env_name if "env_name" in typed else None, max_frames=max_frames,
+                deterministic=args.deterministic, protocol=args.protocol,
+                full_action_space=args.full_action_space, eval_envs=args.eval_envs, json_path=args.json,
+                video_dir=args.video)
+
+
 def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str, episodes: int, *,
          env_name: Optional[str] = None, max_frames: Optional[int] = None, deterministic: bool = False,
          protocol: str = "classic", full_action_space: bool = False, eval_envs: Optional[int] = None,
@@ -26,7 +48,7 @@ def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str
     """Play ``episodes`` whole games with the agent saved at ``load``; print (and optionally save) raw scores.
 
     ``config`` holds the flags of this command, ``settings`` the run's own with the flags allowed on
-    top (``main.settings_from_checkpoint``), ``checkpoint`` the file read from ``load``. ``env_name``
+    top (``checkpoints.settings_from_checkpoint``), ``checkpoint`` the file read from ``load``. ``env_name``
     plays another id of the same game. The envs follow the evaluation ``protocol`` (see
     ``envs.make_eval_envs``); ``max_frames`` (a typed ``--max-episode-frames``) replaces its cap
     on a game's length (the training run's cap is not inherited). ``eval_envs`` envs (default min(episodes, 8), never more than ``episodes``) play

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from config import Config, with_settings
+
 
 # Settings that differ from the defaults (Atari's) for other envs, as the RL Zoo's hyperparameter
 # table for A2C: any env with a vector observation gets VECTOR_DEFAULTS, and an id listed in
@@ -77,3 +79,12 @@ def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, An
         return {**VECTOR_DEFAULTS, **PPO_DEFAULTS, **PPO_ENV_DEFAULTS.get(env_name, {})}
     family = {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})} if vector else {}
     return {**family, **GRPO_DEFAULTS} if algo == "grpo" else family
+
+
+def with_env_defaults(config: Config, typed: set[str]) -> Config:
+    """``config`` with the defaults of its env's family (``recipes.defaults_for``) for every setting not typed."""
+    from envs import check_env_id, is_atari
+
+    check_env_id(config.env_name)
+    family = defaults_for(config.env_name, vector=not is_atari(config.env_name), algo=config.algo)
+    return with_settings(config, {name: value for name, value in family.items() if name not in typed})

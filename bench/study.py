@@ -83,6 +83,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import main as train_cli  # noqa: E402  (imports only config at top level: no torch in the parser)
+import recipes  # noqa: E402
 from plots import load_scalars, plot_runs  # noqa: E402
 
 RETURN_TAG = "episode/return_mean100"
@@ -180,7 +181,7 @@ def step_budget(steps: int, flags: Sequence[str], env_name: str = "PongNoFramesk
 
 def _settings(flags: Sequence[str], env_name: str) -> Any:
     config, _, typed = train_cli.parse_args(["--env-name", env_name, *flags])
-    return train_cli.with_env_defaults(config, typed)
+    return recipes.with_env_defaults(config, typed)
 
 
 def run_name(name: str, seed: int) -> str:

@@ -196,11 +196,12 @@ def vector_config(env_name: str, num_envs: int, seed: int = 0, steps: int = 0, l
     """What ``python main.py --env-name ENV --num-envs N --seed S`` trains on a vector env (its own
     defaults), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
     import main as train_cli
+    import recipes
 
     config, _, typed = train_cli.parse_args(["--env-name", env_name, "--num-envs", str(num_envs), "--seed", str(seed),
                                              "--no-tensorboard", "--no-progress", "--log-dir", log_dir,
                                              "--cuda" if device == "cuda" else "--no-cuda"])
-    config = train_cli.with_env_defaults(config, typed)
+    config = recipes.with_env_defaults(config, typed)
     return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
 
 

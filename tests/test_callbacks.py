@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 
 import seeds
 from algorithms import make_agent

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import main
+import recipes
 from checkpoints import load_checkpoint
 from envs import make_vec_env
 from normalize import load as load_normalizer, normalized
@@ -170,29 +171,29 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
     from config import Config
 
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3"])
-    lander = main.with_env_defaults(config, typed)
+    lander = recipes.with_env_defaults(config, typed)
     assert (lander.recurrent, lander.num_envs, lander.gamma, lander.gae_lambda, lander.lr, lander.lr_schedule,
             lander.entropy_coeff, lander.total_steps) == (False, 192, 0.999, 0.98, 2.5e-3, "linear", 1e-5, 1_000_320)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--no-normalize-reward"])
-    continuous = main.with_env_defaults(config, typed)
+    continuous = recipes.with_env_defaults(config, typed)
     assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
             continuous.entropy_coeff, continuous.log_std_init, continuous.sde, continuous.normalize_obs,
             continuous.normalize_reward, continuous.lr, continuous.lr_schedule) == \
         (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, True, False, 7e-4, "linear")
     config, _, typed = main.parse_args(["--env-name", "Pendulum-v1"])
-    pendulum = main.with_env_defaults(config, typed)
+    pendulum = recipes.with_env_defaults(config, typed)
     assert (pendulum.sde, pendulum.gamma, pendulum.total_steps, pendulum.num_envs) == (True, 0.9, 1_000_000, 8)
     config, _, typed = main.parse_args(["--env-name", "BipedalWalker-v3"])
-    walker = main.with_env_defaults(config, typed)
+    walker = recipes.with_env_defaults(config, typed)
     assert (walker.sde, walker.num_envs, walker.rollout_size, walker.total_steps, walker.value_coeff, walker.lr,
             walker.normalize_obs, walker.normalize_reward) == (True, 16, 8, 5_000_064, 0.4, 9.6e-4, True, True)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--algo", "grpo"])
-    grpo = main.with_env_defaults(config, typed)  # GRPO has no critic whose targets reward normalization would scale
+    grpo = recipes.with_env_defaults(config, typed)  # GRPO has no critic whose targets reward normalization would scale
     assert (grpo.normalize_reward, grpo.normalize_obs, grpo.critic) == (False, True, False)
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3", "--num-envs", "4"])
-    assert main.with_env_defaults(config, typed).num_envs == 4
+    assert recipes.with_env_defaults(config, typed).num_envs == 4
     config, _, typed = main.parse_args(["--env-name", "CartPole-v1", "--recurrent"])
-    cartpole = main.with_env_defaults(config, typed)
+    cartpole = recipes.with_env_defaults(config, typed)
     assert (cartpole.recurrent, cartpole.num_envs, cartpole.entropy_coeff, cartpole.gamma) == (True, 8, 0.0, 0.99)
     config, _, typed = main.parse_args(["--env-name", "PongNoFrameskip-v4"])
-    assert main.with_env_defaults(config, typed) == Config()
+    assert recipes.with_env_defaults(config, typed) == Config()
