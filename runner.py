@@ -36,7 +36,7 @@ from devices import HostToDevice
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
 from storage import Batch, RolloutStorage
-from utils import atomic_write, linear_schedule
+from utils import atomic_write
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
 
@@ -271,6 +271,11 @@ def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
             progress = max(progress, step / config.max_env_steps)
         return linear_schedule(config.lr, progress)
     return config.lr
+
+
+def linear_schedule(base: float, progress: float) -> float:
+    """Value of a linear decay from ``base`` (progress 0) to 0 (progress 1)."""
+    return base * max(0.0, 1.0 - progress)
 
 
 def planned_steps(config: Config, world_size: int = 1) -> int:

@@ -48,11 +48,3 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-# ---------------------------------------------------------------------------------------------
-# Learning-rate decay
-# ---------------------------------------------------------------------------------------------
-def linear_schedule(base: float, progress: float) -> float:
-    """Value of a linear decay from `base` (progress 0) to 0 (progress 1)."""
-    return base * max(0.0, 1.0 - progress)
