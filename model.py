@@ -229,7 +229,9 @@ def older_parameter_order(saved_keys: Sequence[str], model: ActorCritic) -> Opti
     if not any(_renamed(key) != key for key in saved_keys):
         return None
     names = [name for name, _ in model.named_parameters()]
-    saved = [_renamed(key) for key in saved_keys if _renamed(key) in set(names)]
+    renamed = [_renamed(key) for key in saved_keys]
+    parameters = set(names)
+    saved = [key for key in renamed if key in parameters]  # parameters only, in their saved order
     return [saved.index(name) for name in names]
 
 
