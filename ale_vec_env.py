@@ -1,8 +1,8 @@
 """The fast environment path: ale-py's C++ vector env behind the stable-baselines3 ``VecEnv`` interface.
 
 ``AtariVectorEnv`` steps all games in C++ threads and does the preprocessing there (no-op
-starts, frame skip 4 with max-pooling over the last two frames, fire on reset, 84x84 grayscale,
-frame stack). :class:`AleVecEnv` adds what the SB3 path gets from its wrappers, so the runner
+starts, frame skip 4 with max-pooling over the last two frames, fire on reset, grayscale resized
+to 84x84 or ``frame_size``, frame stack). :class:`AleVecEnv` adds what the SB3 path gets from its wrappers, so the runner
 cannot tell the two apart:
 
 * rewards are clipped to their sign for learning, while ``info["episode"] = {"r", "l", "t"}``
@@ -35,7 +35,8 @@ def frame_cap(game_cap: Optional[int], max_episode_frames: Optional[int]) -> Opt
 
 
 class AleVecEnv(VecEnv):
-    """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations ``[N, n_stack, 84, 84]`` uint8.
+    """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations
+    ``[N, n_stack, frame_size, frame_size]`` uint8 (84x84 by default).
 
     The id's own emulator settings are kept (sticky actions for ``ALE/...-v5`` ids, the action
     set, the 108,000-frame cap) unless ``repeat_action_probability`` or ``full_action_space`` say
@@ -49,7 +50,7 @@ class AleVecEnv(VecEnv):
     def __init__(self, env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0,
                  max_episode_frames: Optional[int] = None, num_threads: int = 0,
                  repeat_action_probability: Optional[float] = None, full_action_space: Optional[bool] = None,
-                 noop_max: int = 30) -> None:
+                 noop_max: int = 30, frame_size: int = 84) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         settings = gym.registry[env_name].kwargs
@@ -65,6 +66,7 @@ class AleVecEnv(VecEnv):
         self.noop_max = noop_max
         self.ale = AtariVectorEnv(
             settings["game"], num_envs, num_threads=num_threads, stack_num=n_stack,
+            img_height=frame_size, img_width=frame_size,
             repeat_action_probability=repeat_action_probability, full_action_space=full_action_space,
             max_num_frames_per_episode=frame_cap(settings.get("max_num_frames_per_episode", 108_000),
                                                  max_episode_frames),

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
+PRESETS = ("fast-cpu",)  # the names --preset takes; their settings are recipes.PRESETS
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 
 
@@ -91,10 +92,14 @@ class Speed:
 @dataclass
 class Config:
     # --- environment
+    preset: str = setting("", "A named set of settings for Atari games, under the flags typed beside it: fast-cpu, "
+                              "for training on a CPU without a GPU (see docs/speed.md); empty: none.")
     env_name: str = setting("PongNoFrameskip-v4", "Gymnasium id of an Atari game: PongNoFrameskip-v4 style or "
                                                   "ALE/Pong-v5 style.")
     num_envs: int = setting(16, "Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions.")
     n_stack: int = setting(4, "Consecutive frames stacked into one observation.")
+    frame_size: int = setting(84, "Atari frames are resized to frame_size x frame_size grayscale pixels (84: "
+                                  "DQN's size; 42: the curiosity paper's, about 4x cheaper for the network).")
     vec_env: str = setting("ale", "ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped "
                                   "in C++ threads; faster); dummy (or sync): SB3's Atari wrappers, all envs in this "
                                   "process; subproc (or async): the same, one process per env. Other envs: "

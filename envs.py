@@ -75,7 +75,7 @@ def _check_spaces(env_name: str, observation_space: gym.Space, action_space: gym
 
 
 def is_atari(env_name: str) -> bool:
-    """Whether ``env_name`` is a registered ALE game (played as frame-stacked 84x84 images)."""
+    """Whether ``env_name`` is a registered ALE game (played as frame-stacked grayscale images)."""
     return env_name in gym.registry and _is_atari(env_name)
 
 
@@ -117,7 +117,7 @@ def wrapper_skips_frames(env_name: str) -> dict[str, Any]:
 
 
 def stack_frames(venv: VecEnv, n_stack: int) -> VecEnv:
-    """The last ``n_stack`` frames of each env, channel-first: observations ``[N, n_stack, 84, 84]`` uint8."""
+    """The last ``n_stack`` frames of each env, channel-first: observations ``[N, n_stack, H, W]`` uint8."""
     return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack, channels_order="last"))
 
 
@@ -131,10 +131,11 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                  max_episode_frames: int | None = None,
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
                  randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
-                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> VecEnv:
+                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
-    An Atari game gives frame-stacked images ``[num_envs, n_stack, 84, 84]`` uint8; ``vec_env``
+    An Atari game gives frame-stacked images ``[num_envs, n_stack, frame_size, frame_size]`` uint8
+    (grayscale screens resized by area interpolation, on either path); ``vec_env``
     is ``ale`` for the C++ vector env (the default, faster), or ``dummy`` / ``sync`` or
     ``subproc`` / ``async`` for SB3's wrappers in this process or one process an env. Any other
     env with a flat ``Box`` observation runs in gymnasium's vector env (``gym_vec_env.GymVecEnv``:
@@ -165,13 +166,14 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
-        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames)
+        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames, frame_size=frame_size)
     env_kwargs = wrapper_skips_frames(env_name)
     if max_episode_frames is not None:
         env_kwargs["max_episode_steps"] = max_episode_frames
     with workers_ignore_stop_signals():  # Ctrl+C stops the run, not its subproc workers (see control.py)
         venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
-                              env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env])
+                              env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env],
+                              wrapper_kwargs={"screen_size": frame_size})
     return stack_frames(venv, n_stack)
 
 
@@ -200,9 +202,9 @@ PROTOCOL_SETTINGS = {
 def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
                    full_action_space: bool = False, video_dir: Optional[str] = None,
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
-                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy") -> VecEnv:
+                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84) -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
-    ``[num_envs, n_stack, 84, 84]`` uint8, as in training (see ``envs.make_vec_env``). Any other
+    ``[num_envs, n_stack, frame_size, frame_size]`` uint8, as in training (see ``envs.make_vec_env``). Any other
     env is played as in training, in gymnasium's vector env (``gym_vec_env.GymVecEnv``), under
     the classic protocol only (the protocols' settings are the emulator's).
 
@@ -275,13 +277,14 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     if vec_env == "ale" and video_dir is None:
         return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames=cap,
                          repeat_action_probability=settings.repeat_action_probability,
-                         full_action_space=bool(full_action_space), noop_max=settings.noop_max)
+                         full_action_space=bool(full_action_space), noop_max=settings.noop_max,
+                         frame_size=frame_size)
 
     def make_env(rank: int):
         def _init() -> gym.Env:
             env = _make_ale(env_name, **env_kwargs)
             env.action_space.seed(seed + rank)
-            return AtariWrapper(Monitor(record(rank, env)), noop_max=settings.noop_max)
+            return AtariWrapper(Monitor(record(rank, env)), noop_max=settings.noop_max, screen_size=frame_size)
         return _init
 
     venv = DummyVecEnv([make_env(i) for i in range(num_envs)])

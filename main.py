@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import OPTIMIZERS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
+from config import OPTIMIZERS, PRESETS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
 from seeds import SEED_LIMIT
 
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
@@ -49,8 +49,10 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     positive_int, positive_float = _checked(int, "a positive integer"), _checked(float, "a positive number")
     non_negative, unit = _checked(float, "a number >= 0", allow_zero=True), _unit_interval
     flag("--env-name", field="env_name", metavar="ID")
+    flag("--preset", field="preset", choices=list(PRESETS))
     flag("--num-envs", field="num_envs", type=positive_int, metavar="N")
     flag("--n-stack", field="n_stack", type=positive_int, metavar="N")
+    flag("--frame-size", field="frame_size", type=positive_int, metavar="PIXELS")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc", "sync", "async"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
     switch("--randomize-domain", "randomize_domain")

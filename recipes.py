@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from config import Config, with_settings
+from config import PRESETS as PRESET_NAMES, Config, with_settings
+from utils import UsageError
 
 
 # Settings that differ from the defaults (Atari's) for other envs, as the RL Zoo's hyperparameter
@@ -72,6 +73,17 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Named presets (--preset NAME, Atari games only): settings over the defaults, under the typed flags.
+# fast-cpu trains on a CPU without a GPU: frames of 42x42 pixels, as the curiosity paper's and the
+# universe starter agent's, which cost the network about a quarter of 84x84's (docs/speed.md#fast-cpu).
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast-cpu": {"frame_size": 42},
+}
+
+
+assert set(PRESETS) == set(PRESET_NAMES), "config.PRESETS names the presets of recipes.PRESETS"
+
+
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
     """The settings in which ``env_name`` (and ``algo``) depart from the Atari defaults (empty for
     A2C on Atari games)."""
@@ -82,9 +94,15 @@ def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, An
 
 
 def with_env_defaults(config: Config, typed: set[str]) -> Config:
-    """``config`` with the defaults of its env's family (``recipes.defaults_for``) for every setting not typed."""
+    """``config`` with the defaults of its env's family (``recipes.defaults_for``), and then of its
+    preset (``PRESETS``), for every setting not typed."""
     from envs import check_env_id, is_atari
 
     check_env_id(config.env_name)
-    family = defaults_for(config.env_name, vector=not is_atari(config.env_name), algo=config.algo)
+    atari = is_atari(config.env_name)
+    family = defaults_for(config.env_name, vector=not atari, algo=config.algo)
+    if config.preset:
+        if not atari:
+            raise UsageError(f"--preset {config.preset} is for Atari games, not {config.env_name}")
+        family.update(PRESETS[config.preset])
     return with_settings(config, {name: value for name, value in family.items() if name not in typed})

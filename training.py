@@ -68,7 +68,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0, rank=context.rank,
                           num_envs=config.num_envs)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
-                        config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None)
+                        config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None,
+                        frame_size=config.frame_size)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
@@ -108,8 +109,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         if config.eval_interval and context.is_main:  # envs of its own, seeded apart from training, as --eval does
             evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
                                           env_seed(config.seed, evaluation=True),
-                                          config.n_stack, max_episode_frames=config.max_episode_frames,
-                                          vec_env=config.vec_env, obs_stats_from=envs if config.normalize_obs else None)
+                                          config.n_stack, config.frame_size,
+                                          max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
+                                          obs_stats_from=envs if config.normalize_obs else None)
         runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
         final = runner.train()
         if writer is not None:
@@ -129,6 +131,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     return 1 if "non-finite" in runner.stop_reason else 0
 
 
+FRAME_SIZES = (36, 210)  # the frame sizes an Atari run may ask for
+
+
 def check_settings(config: Config) -> None:
     """Refuse, in one line, settings a run cannot train with: an unknown network or env, and
     settings that do not fit the env or the algorithm (``algorithms.Algorithm.check``)."""
@@ -142,6 +147,11 @@ def check_settings(config: Config) -> None:
     if not is_atari(config.env_name):
         if config.curiosity.enabled:
             raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
+        if config.frame_size != Config.frame_size:
+            raise UsageError(f"--frame-size is the size of an Atari frame; {config.env_name} observes vectors")
+    elif not FRAME_SIZES[0] <= config.frame_size <= FRAME_SIZES[1]:
+        raise UsageError(f"--frame-size must be from {FRAME_SIZES[0]} (the smallest frame the Nature CNN takes) to "
+                         f"{FRAME_SIZES[1]} (the screen's height), got {config.frame_size}")
     elif config.normalize_obs or config.normalize_reward:
         raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
                          f"of {config.env_name}")

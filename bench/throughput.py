@@ -148,7 +148,8 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
                arch: str = Config.arch, channels_last: bool = Speed.channels_last,
                keep_freed: bool = True, encoder_passes: bool = True, keep_graph: bool = True,
                bf16: bool = Speed.bf16, cast_once: bool = True, lstm_norm: bool = Config.lstm_norm,
-               core_skip: bool = Config.core_skip, device: str = "cpu") -> tuple[int, float]:
+               core_skip: bool = Config.core_skip, device: str = "cpu",
+               frame_size: int = Config.frame_size) -> tuple[int, float]:
     """Train this project's pipeline for ``steps // (num_envs * rollout_size)`` updates.
 
     Built as ``main.train`` builds it (keep_freed_memory -> Config -> make_vec_env ->
@@ -165,12 +166,12 @@ def train_ours(steps: int, env_name: str, num_envs: int, vec_env: str, recurrent
                   encoder_chunk=Speed.encoder_chunk if encoder_passes else 0)
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = Config(env_name=env_name, num_envs=num_envs, vec_env=vec_env, arch=arch, recurrent=recurrent,
-                        speed=speed, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip,
+                        speed=speed, seed=seed, lstm_norm=lstm_norm, core_skip=core_skip, frame_size=frame_size,
                         num_updates=max(1, steps // steps_per_update(num_envs)), cuda=device == "cuda",
                         tensorboard=False, progress=False, log_dir=log_dir)
         seed_everything(config.seed)
         envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                            config.max_episode_frames)
+                            config.max_episode_frames, frame_size=config.frame_size)
         try:
             agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n), device)
             if not cast_once:
@@ -235,12 +236,12 @@ def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int 
 
 
 def step_randomly(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
-                  device: str = "cpu") -> tuple[int, float]:
+                  device: str = "cpu", frame_size: int = Config.frame_size) -> tuple[int, float]:
     """Step ``num_envs`` envs of ``envs.make_vec_env`` (the env path ``vec_env``) with uniformly random
     actions, drawn beforehand, for ``steps`` env steps (rounded up to whole vector steps), no network:
     the rate the envs alone allow. Returns (env steps, seconds of the stepping loop). ``device`` is
     accepted for a trainer's signature; nothing runs there."""
-    envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env)
+    envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, frame_size=frame_size)
     try:
         rng = np.random.default_rng(seed)
         vector_steps = -(-steps // num_envs)

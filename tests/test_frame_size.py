@@ -1,0 +1,110 @@
+"""Smaller Atari frames (``--frame-size``) and the presets that use them (``--preset``).
+
+A frame size reaches every place frames are made or read: both env paths resize the same screen
+alike, the network takes the frames it is given, and a run's evaluation, resume and ``--eval``
+play at the size it trained at.
+"""
+from __future__ import annotations
+
+import os
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+import main as cli
+import recipes
+from config import Config
+from envs import make_eval_envs, make_vec_env
+from test_cli import SMALL, run_cli
+
+
+def first_frames(vec_env: str, frame_size: int) -> np.ndarray:
+    envs = make_vec_env("PongNoFrameskip-v4", 2, seed=0, vec_env=vec_env, frame_size=frame_size)
+    try:
+        obs = envs.reset()
+        assert envs.observation_space.shape == (4, frame_size, frame_size)
+        return obs
+    finally:
+        envs.close()
+
+
+def test_both_env_paths_resize_the_same_screen_alike():
+    ale, sb3 = first_frames("ale", 42), first_frames("dummy", 42)
+    assert ale.shape == sb3.shape == (2, 4, 42, 42) and ale.dtype == sb3.dtype == np.uint8
+    # The same Pong screen after reset on both paths (only the ball, drawn after random no-ops, differs).
+    assert np.abs(ale.astype(int) - sb3.astype(int)).mean() < 0.5
+    # A resize of the whole screen, not a crop: the 84x84 frame shrunk to 42x42 by area matches it.
+    big = first_frames("ale", 84)[:, -1]
+    shrunk = np.stack([cv2.resize(frame, (42, 42), interpolation=cv2.INTER_AREA) for frame in big])
+    assert np.abs(shrunk.astype(int) - ale[:, -1].astype(int)).mean() < 0.5
+    assert np.abs(shrunk.astype(int) - np.roll(ale[:, -1], 3, axis=1).astype(int)).mean() > 2
+
+
+@pytest.mark.parametrize("vec_env", ["ale", "dummy"])
+@pytest.mark.parametrize("protocol", ["classic", "machado"])
+def test_evaluation_envs_take_the_frame_size(vec_env, protocol):
+    envs = make_eval_envs("PongNoFrameskip-v4", 2, 0, protocol, vec_env=vec_env, frame_size=42)
+    try:
+        assert envs.reset().shape == (2, 4, 42, 42)
+    finally:
+        envs.close()
+
+
+def test_a_run_at_42_pixels_trains_resumes_and_plays(tmp_path):
+    result = run_cli(*SMALL, "--frame-size", "42", "--num-updates", "4", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (name,) = os.listdir(tmp_path)
+    run_dir = tmp_path / name
+    last = torch.load(run_dir / "a2c_last", weights_only=True)
+    assert last["config"]["frame_size"] == 42
+    assert list(last["model_spec"]["obs_shape"]) == [4, 42, 42]
+    # Resumed and played with no flag naming the size: the checkpoint's is used.
+    resumed = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", "6", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.load(run_dir / "a2c_last", weights_only=True)["update"] == 6
+    played = run_cli("--eval", "--load", str(run_dir / "a2c_last"), "--episodes", "2", "--max-episode-frames", "120",
+                     "--no-cuda")
+    assert played.returncode == 0, played.stderr
+    assert "episodes: 2" in played.stdout
+    # The size is the network's: a resume cannot change it.
+    other = run_cli("--resume", str(run_dir / "a2c_last"), "--frame-size", "84", "--num-updates", "8")
+    assert other.returncode == 2 and "--frame-size 42 (another architecture); cannot use 84" in other.stderr
+
+
+def test_an_older_config_without_a_frame_size_played_84x84_frames():
+    saved = Config().to_dict()
+    del saved["frame_size"]
+    assert Config.from_dict(saved).frame_size == 84
+
+
+def preset_config(*argv: str) -> Config:
+    config, _, typed = cli.parse_args(list(argv))
+    return recipes.with_env_defaults(config, typed)
+
+
+def test_a_preset_sets_its_settings_under_the_typed_flags():
+    plain = preset_config("--env-name", "PongNoFrameskip-v4")
+    fast = preset_config("--env-name", "PongNoFrameskip-v4", "--preset", "fast-cpu")
+    preset = recipes.PRESETS["fast-cpu"]
+    assert fast.preset == "fast-cpu" and plain.preset == ""
+    for name, value in preset.items():
+        assert cli.get_setting(fast, name) == value
+    assert fast.frame_size == 42 and plain.frame_size == 84
+    # Every setting the preset leaves alone is the default's.
+    changed = {name for name in cli.setting_names() if cli.get_setting(fast, name) != cli.get_setting(plain, name)}
+    assert changed == {"preset", *preset}
+    # A typed flag wins over the preset.
+    assert preset_config("--preset", "fast-cpu", "--frame-size", "84").frame_size == 84
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "fast-cpu", "--env-name", "CartPole-v1"], "--preset fast-cpu is for Atari games, not CartPole-v1"),
+    (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu')"),
+    (["--frame-size", "20"], "--frame-size must be from 36 (the smallest frame the Nature CNN takes) to 210"),
+    (["--frame-size", "0"], "--frame-size: expected a positive integer, got '0'"),
+    (["--frame-size", "42", "--env-name", "LunarLander-v3"], "--frame-size is the size of an Atari frame"),
+])
+def test_bad_frame_sizes_and_presets_one_line_exit_2(argv, message, one_line_error):
+    assert message in one_line_error(argv)
