@@ -36,7 +36,13 @@ For any other env (a flat vector observation: ``--env-name LunarLander-v3``, Car
   gymnasium's vector env in this process (``--ours-vec-env subproc``: one process an env);
 * ``sb3``: SB3's A2C with ``MlpPolicy`` and the Zoo's LunarLander settings, its ``DummyVecEnv``.
 
-``--ablation``, ``--bf16``, ``--plain-lstm`` and ``--ours`` are for Atari games.
+``--preset NAME`` (repeatable) adds ``ours --preset NAME``: what ``python main.py --env-name GAME
+--preset NAME`` trains, with its own env count and frame size (``--num-envs`` where the preset names
+none); with ``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and
+frame size), and the summary gives the preset's training throughput as a share of that rate,
+against the target of 50%, and its ratio to SB3 and to the fast configuration.
+
+``--ablation``, ``--bf16``, ``--plain-lstm``, ``--preset`` and ``--ours`` are for Atari games.
 
 With ``--env-only``, one more row: ``envs only``, ours' envs (the same env path, env count and env
 steps) stepped with uniformly random actions and no network, the rate the envs alone allow; each
@@ -77,6 +83,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py --ours recurrent --plain-lstm   # and what the layer-normalized LSTM costs
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
+    python bench/throughput.py --ours feedforward --preset fast-cpu --env-only   # the CPU preset against its envs
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1   # a vector env
     python bench/throughput.py --env-only --no-sb3 --ours recurrent --ours-vec-env dummy        # another env path
@@ -106,7 +113,7 @@ import torch  # noqa: E402
 
 import sb3_reference  # noqa: E402
 from algorithms import make_agent  # noqa: E402
-from config import Config, Speed, with_settings  # noqa: E402
+from config import PRESETS, Config, Speed, with_settings  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, action_size, check_env_id, is_atari, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
 from perf import keep_freed_memory  # noqa: E402
@@ -117,6 +124,8 @@ OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (na
 OURS_PLAIN = "ours recurrent, plain LSTM"  # --plain-lstm: torch's LSTMCell, heads on its output only
 OURS_DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it by default
 ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
+PRESET = "ours --preset "  # --preset NAME: the trainer "ours --preset NAME", and its envs alone
+PRESET_SHARE = 0.5  # --preset: its training throughput as a share of its envs' own rate, at least
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
 OPTIONAL_TARGETS = {OURS_FEEDFORWARD + BF16: ("feed-forward bf16", 2.0)}  # judged only when measured
@@ -219,6 +228,41 @@ def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "
         try:
             size, continuous = action_size(envs.action_space)
             agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
+            return timed_training(agent, envs, config, log_dir)
+        finally:
+            envs.close()
+
+
+def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
+                  device: str = "cpu") -> Config:
+    """What ``python main.py --env-name ENV --preset NAME --seed S`` trains, with ``--num-envs N`` unless
+    the preset names its own env count, without TensorBoard or progress bar, for ``steps //
+    (num_envs * rollout_size)`` updates."""
+    import main as train_cli
+    import recipes
+
+    argv = ["--env-name", env_name, "--preset", preset, "--seed", str(seed), "--no-tensorboard", "--no-progress",
+            "--log-dir", log_dir, "--cuda" if device == "cuda" else "--no-cuda"]
+    if "num_envs" not in recipes.PRESETS[preset]:
+        argv += ["--num-envs", str(num_envs)]
+    config, _, typed = train_cli.parse_args(argv)
+    config = recipes.with_env_defaults(config, typed)
+    return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
+
+
+def train_ours_preset(steps: int, env_name: str, num_envs: int, preset: str, seed: int = 0,
+                      device: str = "cpu") -> tuple[int, float]:
+    """Train what ``--preset`` trains (``preset_config``) into a throw-away log directory. Returns
+    (env steps trained, seconds of ``train()``)."""
+    with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
+        config = preset_config(env_name, preset, num_envs, seed, steps, log_dir, device)
+        if config.speed.keep_freed_memory:
+            keep_freed_memory()  # as main.py does
+        seed_everything(config.seed)
+        envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
+                            config.max_episode_frames, frame_size=config.frame_size)
+        try:
+            agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n), device)
             return timed_training(agent, envs, config, log_dir)
         finally:
             envs.close()
@@ -383,6 +427,11 @@ def print_table(results: dict[str, Trials]) -> None:
               f"{trials.median_rate:>17.1f} {peak:>9}  {gpu_peak}{rounds}")
 
 
+def preset_envs(trainer: str) -> str:
+    """The name of the env-only row of a preset's envs (``--preset NAME --env-only``)."""
+    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET)})"
+
+
 def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
     """Ratios of ours to SB3 and the Atari targets they meet (when SB3 was measured), then the speed-up
     of the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks
@@ -417,10 +466,19 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             if trainer != name and trainer in results and name in results:
                 lines.append(f"what {what} bought: {trainer} over {name}: "
                              f"{results[trainer].median_rate / results[name].median_rate:.2f}x")
+    for name in results:
+        for other in (SB3, OURS_FEEDFORWARD):
+            if name.startswith(PRESET) and other in results:
+                lines.append(f"ratio ({name} / {other}): {results[name].median_rate / results[other].median_rate:.2f}x")
+        envs = preset_envs(name)
+        if name.startswith(PRESET) and envs in results:
+            share = results[name].median_rate / results[envs].median_rate
+            lines.append(f"{name} as a share of the rate of its envs alone ({results[envs].median_rate:,.0f} env "
+                         f"steps/s): {share:.0%}; target >= {PRESET_SHARE:.0%}: {'yes' if share >= PRESET_SHARE else 'no'}")
     if ENV_ONLY in results:
         envs_rate = results[ENV_ONLY].median_rate
         shares = [f"{name} {results[name].median_rate / envs_rate:.0%}" for name in results
-                  if name.startswith("ours") and name not in ablations]
+                  if name.startswith("ours") and name not in ablations and not name.startswith(PRESET)]
         lines.append(f"training as a share of the env-only rate ({envs_rate:,.0f} env steps/s): " + ", ".join(shares))
     return lines
 
@@ -495,7 +553,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 ATARI_STEPS, VECTOR_STEPS = 4000, 50_000  # the default --steps of an Atari game and of a vector env
-ATARI_ONLY = ("ablation", "bf16", "plain_lstm")  # with --ours: what a vector env, trained on its defaults, has not
+ATARI_ONLY = ("ablation", "bf16", "plain_lstm", "preset")  # with --ours: what a vector env, trained on its defaults, has not
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -510,14 +568,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rounds of alternating runs; the median of each trainer is reported")
     p.add_argument("--warmup-steps", type=non_negative_int, default=160,
                    help="env steps of one untimed run of each trainer before the timed rounds (0: none)")
-    p.add_argument("--ours", choices=["both", "recurrent", "feedforward"], default="both",
-                   help="which configuration(s) of ours to measure (Atari)")
+    p.add_argument("--ours", choices=["both", "recurrent", "feedforward", "none"], default="both",
+                   help="which configuration(s) of ours to measure (Atari; none: only --preset's)")
     p.add_argument("--no-recurrent", dest="ours", action="store_const", const="feedforward",
                    default=argparse.SUPPRESS, help="shorthand for --ours feedforward")
     p.add_argument("--no-sb3", action="store_true", help="measure ours only")
     p.add_argument("--env-only", action="store_true",
                    help="also step ours' envs with random actions and no network, and give each of ours as a share "
                         "of that rate")
+    p.add_argument("--preset", choices=list(PRESETS), action="append", default=[],
+                   help="also what python main.py --preset NAME trains (Atari; its own env count and frame size), "
+                        "and with --env-only its envs alone, judged by the target of training at >= 50%% of that "
+                        "rate; repeat for several")
     p.add_argument("--plain-lstm", action="store_true",
                    help="also the recurrent agent with torch's plain LSTMCell and no skip connection (what the "
                         "layer-normalized cell costs; Atari)")
@@ -603,6 +665,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     trainers.update((name, ours(setup)) for name, setup in ablations.items())
     if args.env_only:
         trainers[ENV_ONLY] = step_randomly, {**common, "vec_env": args.ours_vec_env}
+    for preset in args.preset:
+        trainers[PRESET + preset] = train_ours_preset, {**common, "preset": preset}
+        if args.env_only:
+            config = preset_config(args.env_name, preset, args.num_envs)
+            trainers[preset_envs(PRESET + preset)] = step_randomly, {
+                **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
 
     envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
         ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")

@@ -191,3 +191,39 @@ def test_cuda_without_a_gpu_is_refused(capsys):
         bench.main(["--cuda"])
     assert exc.value.code == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_a_preset_is_judged_against_the_rate_of_its_own_envs():
+    preset, envs = bench.PRESET + "fast-cpu", bench.preset_envs(bench.PRESET + "fast-cpu")
+    assert envs == "envs only (--preset fast-cpu)"
+    results = {t.name: t for t in (trials(OURS_FEEDFORWARD, 400), trials(SB3, 250), trials(preset, 1000),
+                                   trials(envs, 1600), trials(bench.ENV_ONLY, 1200))}
+    lines = bench.summary_lines(results, [])
+    assert "ratio (ours --preset fast-cpu / sb3): 4.00x" in lines
+    assert "ratio (ours --preset fast-cpu / ours feed-forward (nature)): 2.50x" in lines
+    assert ("ours --preset fast-cpu as a share of the rate of its envs alone (1,600 env steps/s): 62%; "
+            "target >= 50%: yes") in lines
+    # The shares of the default configurations are of their own envs' rate, without the preset's.
+    assert lines[-1] == "training as a share of the env-only rate (1,200 env steps/s): ours feed-forward (nature) 33%"
+    results[envs] = trials(envs, 2100)
+    assert "target >= 50%: no" in bench.summary_lines(results, [])[-2]
+
+
+def test_a_preset_trains_what_main_py_trains_with_it():
+    import recipes
+    from config import get_setting
+
+    config = bench.preset_config("PongNoFrameskip-v4", "fast-cpu", num_envs=2, steps=1000)
+    for name, value in recipes.PRESETS["fast-cpu"].items():
+        assert get_setting(config, name) == value
+    assert config.num_envs == recipes.PRESETS["fast-cpu"].get("num_envs", 2)
+    assert config.num_updates == max(1, 1000 // config.steps_per_update) and not config.tensorboard
+
+
+def test_a_tiny_preset_run_measures_it_and_its_envs(capsys):
+    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
+                       "--ours", "none", "--preset", "fast-cpu", "--env-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ours --preset fast-cpu ") for line in out)
+    assert any(line.startswith("envs only (--preset fast-cpu) ") for line in out)
+    assert any(line.startswith("ours --preset fast-cpu as a share of the rate of its envs alone") for line in out)
