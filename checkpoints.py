@@ -70,6 +70,8 @@ def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Conf
 
 
 def _show(value: Any) -> str:
+    if value == "":
+        return "none"  # --preset's default
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -71,6 +71,9 @@ def test_a_run_at_42_pixels_trains_resumes_and_plays(tmp_path):
     # The size is the network's: a resume cannot change it.
     other = run_cli("--resume", str(run_dir / "a2c_last"), "--frame-size", "84", "--num-updates", "8")
     assert other.returncode == 2 and "--frame-size 42 (another architecture); cannot use 84" in other.stderr
+    # Nor can a preset be laid over a run that started without one.
+    preset = run_cli("--resume", str(run_dir / "a2c_last"), "--preset", "fast-cpu", "--num-updates", "8")
+    assert preset.returncode == 2 and "--preset none (other settings); cannot use fast-cpu" in preset.stderr
 
 
 def test_an_older_config_without_a_frame_size_played_84x84_frames():
