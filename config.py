@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
-PRESETS = ("fast-cpu",)  # the names --preset takes; their settings are recipes.PRESETS
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 
 

@@ -13,7 +13,8 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import OPTIMIZERS, PRESETS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
+from config import OPTIMIZERS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
+from recipes import PRESETS
 from seeds import SEED_LIMIT
 
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config import PRESETS as PRESET_NAMES, Config, with_settings
+from config import Config, with_settings
 from utils import UsageError
 
 
@@ -82,9 +82,6 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 42},
 }
-
-
-assert set(PRESETS) == set(PRESET_NAMES), "config.PRESETS names the presets of recipes.PRESETS"
 
 
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:

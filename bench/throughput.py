@@ -113,10 +113,11 @@ import torch  # noqa: E402
 
 import sb3_reference  # noqa: E402
 from algorithms import make_agent  # noqa: E402
-from config import PRESETS, Config, Speed, with_settings  # noqa: E402
+from config import Config, Speed, with_settings  # noqa: E402
 from envs import VEC_ENV_CHOICES, VEC_ENVS, action_size, check_env_id, is_atari, make_vec_env  # noqa: E402
 from runner import Runner  # noqa: E402
 from perf import keep_freed_memory  # noqa: E402
+from recipes import PRESETS  # noqa: E402
 from seeds import seed_everything  # noqa: E402
 from utils import UsageError  # noqa: E402
 
@@ -201,18 +202,51 @@ def timed_training(agent: Any, envs: Any, config: Config, log_dir: str) -> tuple
     return state.step, seconds
 
 
-def vector_config(env_name: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
-                  device: str = "cpu") -> Config:
-    """What ``python main.py --env-name ENV --num-envs N --seed S`` trains on a vector env (its own
-    defaults), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
+def cli_config(argv: list[str], seed: int = 0, steps: int = 0, log_dir: str = "runs", device: str = "cpu") -> Config:
+    """What ``python main.py ARGV --seed S`` trains (the env's and the preset's defaults under the
+    flags), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
     import main as train_cli
     import recipes
 
-    config, _, typed = train_cli.parse_args(["--env-name", env_name, "--num-envs", str(num_envs), "--seed", str(seed),
-                                             "--no-tensorboard", "--no-progress", "--log-dir", log_dir,
-                                             "--cuda" if device == "cuda" else "--no-cuda"])
+    config, _, typed = train_cli.parse_args([*argv, "--seed", str(seed), "--no-tensorboard", "--no-progress",
+                                             "--log-dir", log_dir, "--cuda" if device == "cuda" else "--no-cuda"])
     config = recipes.with_env_defaults(config, typed)
     return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
+
+
+def vector_config(env_name: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
+                  device: str = "cpu") -> Config:
+    """What ``python main.py --env-name ENV --num-envs N --seed S`` trains on a vector env (its own
+    defaults): see ``cli_config``."""
+    return cli_config(["--env-name", env_name, "--num-envs", str(num_envs)], seed, steps, log_dir, device)
+
+
+def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
+                  device: str = "cpu") -> Config:
+    """What ``python main.py --env-name ENV --preset NAME --seed S`` trains, with ``--num-envs N`` unless
+    the preset names its own env count: see ``cli_config``."""
+    from recipes import PRESETS
+
+    argv = ["--env-name", env_name, "--preset", preset]
+    if "num_envs" not in PRESETS[preset]:
+        argv += ["--num-envs", str(num_envs)]
+    return cli_config(argv, seed, steps, log_dir, device)
+
+
+def train_config(config: Config, log_dir: str, device: str, vec_env: Optional[str] = None) -> tuple[int, float]:
+    """Train ``config`` as ``main.py`` would (its envs stepped as ``vec_env`` says, else as the config
+    does) into ``log_dir``. Returns (env steps trained, seconds of ``train()``)."""
+    if config.speed.keep_freed_memory:
+        keep_freed_memory()  # as main.py does
+    seed_everything(config.seed)
+    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, vec_env or config.vec_env,
+                        config.max_episode_frames, frame_size=config.frame_size)
+    try:
+        size, continuous = action_size(envs.action_space)
+        agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
+        return timed_training(agent, envs, config, log_dir)
+    finally:
+        envs.close()
 
 
 def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "ale", seed: int = 0,
@@ -220,34 +254,8 @@ def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "
     """Train this project on a vector-observation env with the env's own defaults (``vector_config``),
     its envs stepped as ``vec_env`` says (``subproc``/``async``: one process an env; otherwise in this
     process), into a throw-away log directory. Returns (env steps trained, seconds of ``train()``)."""
-    keep_freed_memory()  # as main.py does
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
-        config = vector_config(env_name, num_envs, seed, steps, log_dir, device)
-        seed_everything(config.seed)
-        envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env)
-        try:
-            size, continuous = action_size(envs.action_space)
-            agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
-            return timed_training(agent, envs, config, log_dir)
-        finally:
-            envs.close()
-
-
-def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
-                  device: str = "cpu") -> Config:
-    """What ``python main.py --env-name ENV --preset NAME --seed S`` trains, with ``--num-envs N`` unless
-    the preset names its own env count, without TensorBoard or progress bar, for ``steps //
-    (num_envs * rollout_size)`` updates."""
-    import main as train_cli
-    import recipes
-
-    argv = ["--env-name", env_name, "--preset", preset, "--seed", str(seed), "--no-tensorboard", "--no-progress",
-            "--log-dir", log_dir, "--cuda" if device == "cuda" else "--no-cuda"]
-    if "num_envs" not in recipes.PRESETS[preset]:
-        argv += ["--num-envs", str(num_envs)]
-    config, _, typed = train_cli.parse_args(argv)
-    config = recipes.with_env_defaults(config, typed)
-    return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
+        return train_config(vector_config(env_name, num_envs, seed, steps, log_dir, device), log_dir, device, vec_env)
 
 
 def train_ours_preset(steps: int, env_name: str, num_envs: int, preset: str, seed: int = 0,
@@ -255,17 +263,7 @@ def train_ours_preset(steps: int, env_name: str, num_envs: int, preset: str, see
     """Train what ``--preset`` trains (``preset_config``) into a throw-away log directory. Returns
     (env steps trained, seconds of ``train()``)."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
-        config = preset_config(env_name, preset, num_envs, seed, steps, log_dir, device)
-        if config.speed.keep_freed_memory:
-            keep_freed_memory()  # as main.py does
-        seed_everything(config.seed)
-        envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                            config.max_episode_frames, frame_size=config.frame_size)
-        try:
-            agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n), device)
-            return timed_training(agent, envs, config, log_dir)
-        finally:
-            envs.close()
+        return train_config(preset_config(env_name, preset, num_envs, seed, steps, log_dir, device), log_dir, device)
 
 
 def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
@@ -466,12 +464,12 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             if trainer != name and trainer in results and name in results:
                 lines.append(f"what {what} bought: {trainer} over {name}: "
                              f"{results[trainer].median_rate / results[name].median_rate:.2f}x")
-    for name in results:
+    for name in (name for name in results if name.startswith(PRESET)):
         for other in (SB3, OURS_FEEDFORWARD):
-            if name.startswith(PRESET) and other in results:
+            if other in results:
                 lines.append(f"ratio ({name} / {other}): {results[name].median_rate / results[other].median_rate:.2f}x")
         envs = preset_envs(name)
-        if name.startswith(PRESET) and envs in results:
+        if envs in results:
             share = results[name].median_rate / results[envs].median_rate
             lines.append(f"{name} as a share of the rate of its envs alone ({results[envs].median_rate:,.0f} env "
                          f"steps/s): {share:.0%}; target >= {PRESET_SHARE:.0%}: {'yes' if share >= PRESET_SHARE else 'no'}")
