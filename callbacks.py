@@ -159,6 +159,16 @@ class PhysicsHistograms(Callback):
         self.drawn = []
 
 
+class ADRRanges(Callback):
+    """``adr/<name>_low`` and ``adr/<name>_high``: the ranges of ``--randomize-domain adr`` every
+    ``log_interval`` updates."""
+
+    def on_update_end(self, runner: Any, batch: Any) -> None:
+        if getattr(runner, "adr", None) is not None and every(runner.config.log_interval, runner.state.update):
+            for name, value in runner.adr.scalars().items():
+                runner.metrics.scalar(f"adr/{name}", value, runner.state.step)
+
+
 class Evaluation(Callback):
     """Every ``eval_interval`` updates, play the current policy on the runner's evaluator (envs of
     its own, ``evaluate.PeriodicEvaluator``): ``eval/return_{mean,std,min,max}``, and the best
@@ -194,4 +204,4 @@ def default_callbacks(histograms: tuple[str, ...] = ("advantages", "values", "re
     """Every run's callbacks, in the order the loop calls them; ``histograms``: the batch fields
     logged as ``rollout/<name>``."""
     return [RewardParts(), BestCheckpoints(), CoreHealth(), RolloutHistograms(histograms), PhysicsHistograms(),
-            Evaluation(), LastCheckpoint()]
+            ADRRanges(), Evaluation(), LastCheckpoint()]

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
+RANDOMIZE_DOMAIN = ("uniform", "adr")  # what --randomize-domain draws from (randomize.py, adr.py)
 
 
 def setting(default: Any, help: str) -> Any:
@@ -64,6 +65,21 @@ class Clipped:
 
 
 @dataclass
+class Curriculum:
+    """Automatic domain randomization's settings (``--randomize-domain adr``; OpenAI et al. 2019; ``adr.py``)."""
+    low: Optional[float] = setting(None, "A range narrows when the mean return of --adr-episodes episodes played at "
+                                         "its edge is below this (None: the env's; LunarLander 100, CartPole 300) "
+                                         "(with --randomize-domain adr).")
+    high: Optional[float] = setting(None, "A range widens when that mean is at least this (None: the env's; "
+                                          "LunarLander 200, CartPole 475) (with --randomize-domain adr).")
+    step: float = setting(0.05, "How far a range's edge moves, as a share of the whole range it may cover (with "
+                                "--randomize-domain adr).")
+    episodes: int = setting(10, "Episodes played at an edge before it moves (with --randomize-domain adr).")
+    boundary_prob: float = setting(0.5, "The share of episodes that play one range at its edge, the others "
+                                        "drawn inside the ranges (with --randomize-domain adr).")
+
+
+@dataclass
 class Speed:
     """Settings that change how fast training runs, not what it computes (``--bf16`` and ``--tf32``
     aside, which change the arithmetic): each switches one trick, and docs/speed.md measures what each buys
@@ -106,11 +122,17 @@ class Config:
                                   "this process.")
     max_episode_frames: Optional[int] = setting(None, "Cap on an episode's emulator frames (a time-limit "
                                                       "truncation); None keeps the game's own limit.")
-    randomize_domain: bool = setting(False, "Each env plays with physics of its own, drawn from the seed "
-                                            "(LunarLander: gravity, wind, turbulence; CartPole: gravity, pole mass "
-                                            "and length; see randomize.py).")
+    randomize_domain: str = setting("", "Each episode plays physics of its own, drawn from the seed (LunarLander: "
+                                        "gravity, wind, turbulence; CartPole: gravity, pole mass and length; see "
+                                        "randomize.py): uniform, from the whole ranges; adr, automatic domain "
+                                        "randomization (adr.py), from ranges that start at the default physics and "
+                                        "widen where the agent does well; empty: the default physics.")
+    physics: str = setting("", "Every env plays these physics, e.g. gravity=-3,wind_power=15: one cell of "
+                               "--physics-grid (its other values as there), for a specialist of that cell; empty: "
+                               "the env's default.")
     randomize_every: str = setting("episode", "With --randomize-domain: episode draws new physics at every reset; "
                                               "never keeps each env's first draw.")
+    adr: Curriculum = block(Curriculum, "Automatic domain randomization's settings (see :class:`Curriculum`).")
     normalize_obs: bool = setting(False, "Vector observations minus their running mean, over their running std, "
                                          "clipped to +-10 (the statistics are saved in checkpoints and frozen in "
                                          "evaluation).")
@@ -221,7 +243,7 @@ class Config:
         return with_settings(cls(), {k: v for k, v in upgraded_settings(values).items() if k in known})
 
 
-BLOCKS = {"curiosity": Curiosity, "group": Group, "clip": Clipped, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
+BLOCKS = {"curiosity": Curiosity, "group": Group, "clip": Clipped, "adr": Curriculum, "speed": Speed}  # settings grouped in a block of their own, by the field that holds it
 
 
 def setting_names() -> list[str]:
@@ -294,6 +316,8 @@ def upgraded_settings(values: dict[str, Any]) -> dict[str, Any]:
     shared the ``clip`` block (``CLIPPED_BEFORE``) read the same. Keys no setting has any more are
     passed on."""
     flat = {FLAT_NAMES.get(k, k): v for k, v in values.items() if not isinstance(v, dict)}
+    if isinstance(flat.get("randomize_domain"), bool):  # a switch before ADR: on meant uniform draws
+        flat["randomize_domain"] = "uniform" if flat["randomize_domain"] else ""
     for block, settings in values.items():
         if isinstance(settings, dict):
             flat.update({f"{block}.{k}": v for k, v in settings.items()})

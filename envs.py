@@ -131,7 +131,8 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                  max_episode_frames: int | None = None,
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
                  randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
-                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84) -> VecEnv:
+                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84,
+                 adr: Any = None) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
     An Atari game gives frame-stacked images ``[num_envs, n_stack, frame_size, frame_size]`` uint8
@@ -147,14 +148,18 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
 
     Physics (non-Atari envs that ``randomize.py`` knows): ``randomize`` draws each env's physics
     from the seed, afresh at every reset (``"episode"``) or once (``"never"``); ``physics`` gives
-    every env the same (a cell of an evaluation grid). ``wrap(i, env)`` wraps env i further
+    every env the same (a cell of an evaluation grid); ``adr`` (an ``adr.ADR``) draws them from
+    its ranges, which move with the returns (in this process only). ``wrap(i, env)`` wraps env i further
     (e.g. a video recorder), outside its physics.
     """
     check_env_id(env_name)
     if not _is_atari(env_name):
         mode = "async" if vec_env in ("subproc", "async") else "sync"
-        if randomize is not None or physics is not None:
-            wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap)
+        if adr is not None and mode == "async":
+            raise UsageError("--randomize-domain adr moves one set of ranges that every env draws from: it "
+                             "needs the envs in this process (--vec-env sync), not --vec-env async")
+        if randomize is not None or physics is not None or adr is not None:
+            wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
         venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap)
         try:
             _check_spaces(env_name, venv.observation_space, venv.action_space)
@@ -162,7 +167,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
             venv.close()
             raise
         return venv
-    if env_kwargs is not None or randomize is not None or physics is not None or wrap is not None:
+    if env_kwargs is not None or randomize is not None or physics is not None or wrap is not None or adr is not None:
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import OPTIMIZERS, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
+from config import OPTIMIZERS, RANDOMIZE_DOMAIN, RANDOMIZE_EVERY, Config, field_doc, get_setting, setting_names, with_settings
 from recipes import PRESETS
 from seeds import SEED_LIMIT
 
@@ -56,8 +56,16 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--frame-size", field="frame_size", type=positive_int, metavar="PIXELS")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc", "sync", "async"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
-    switch("--randomize-domain", "randomize_domain")
+    flag("--randomize-domain", field="randomize_domain", nargs="?", const="uniform", choices=list(RANDOMIZE_DOMAIN))
+    p.add_argument("--no-randomize-domain", dest="randomize_domain", action="store_const", const="",
+                   default=argparse.SUPPRESS, help="the default physics (undoes --randomize-domain)")
     flag("--randomize-every", field="randomize_every", choices=list(RANDOMIZE_EVERY))
+    flag("--physics", field="physics", metavar="NAME=X[,NAME=X]")
+    flag("--adr-low", field="adr.low", type=_finite, metavar="RETURN")
+    flag("--adr-high", field="adr.high", type=_finite, metavar="RETURN")
+    flag("--adr-step", field="adr.step", type=_unit_interval, metavar="SHARE")
+    flag("--adr-episodes", field="adr.episodes", type=positive_int, metavar="N")
+    flag("--adr-boundary-prob", field="adr.boundary_prob", type=_unit_interval, metavar="P")
     switch("--normalize-obs", "normalize_obs")
     switch("--normalize-reward", "normalize_reward")
     flag("--seed", field="seed", type=parse_seed)

@@ -78,10 +78,15 @@ class Family:
     ``ranges``: name -> distribution (the names are attributes of ``env.unwrapped``).
     ``apply(unwrapped_env, physics)``: puts the values into the env (before a reset).
     ``grid``: evaluation axes (name -> values); ``grid_fixed``: every other value in each cell.
+    ``nominal``: the env's default physics in these names (where ADR's ranges start, and the one
+    point a run on the default physics trains on). ``adr_thresholds``: ADR's default (low, high)
+    mean returns at a boundary, below which its range narrows and at or above which it widens.
     """
     ranges: dict[str, Union[Uniform, Coin]]
     apply: Callable[[gym.Env, dict[str, Value]], None]
     grid: dict[str, tuple[Value, ...]]
+    nominal: dict[str, Value]
+    adr_thresholds: tuple[float, float]
     grid_fixed: dict[str, Value] = field(default_factory=dict)
 
 
@@ -98,23 +103,30 @@ def _apply_cartpole(env: gym.Env, physics: dict[str, Value]) -> None:
 
 # LunarLander: the tutorial's ranges, which are the bounds gymnasium's constructor checks. Gravity
 # keeps 0.01 inside its strict (-12, 0), so every draw is also a valid ``gym.make`` argument.
-# Grid cells: wind on, no turbulence, so the wind_power 0 column is calm air.
+# Grid cells: wind on, no turbulence, so the wind_power 0 column is calm air. The default physics
+# (gravity -10, wind off) are, in these names, wind on at power 0 with no turbulence: the same air.
+# ADR widens a range while the agent lands at its edge (200: "solved") and narrows it below 100.
 _LUNAR_LANDER = Family(
     ranges={"gravity": Uniform(-11.99, -0.01), "enable_wind": Coin(),
             "wind_power": Uniform(0.0, 20.0), "turbulence_power": Uniform(0.0, 2.0)},
     apply=_set_attributes,
     grid={"gravity": (-11.0, -9.0, -7.0, -5.0, -3.0, -1.0), "wind_power": (0.0, 5.0, 10.0, 15.0, 20.0)},
+    nominal={"gravity": -10.0, "enable_wind": True, "wind_power": 0.0, "turbulence_power": 0.0},
+    adr_thresholds=(100.0, 200.0),
     grid_fixed={"enable_wind": True, "turbulence_power": 0.0},
 )
 
 # CartPole (defaults: gravity 9.8, masspole 0.1, length 0.5 = half the pole, masscart 1.0):
 # gravity about 0.5x-1.5x of Earth's; pole 0.5x-5x as heavy (up to half the cart); pole half-length
 # 0.5x-2x (the cart's mass, 1.0, the push, 10 N, and the 0.02 s step stay as they are).
-# Grid cells: gravity x half-length, pole mass at its default.
+# Grid cells: gravity x half-length, pole mass at its default. ADR widens a range while the pole
+# stays up at its edge (475 of the 500 steps) and narrows it below 300.
 _CARTPOLE = Family(
     ranges={"gravity": Uniform(5.0, 15.0), "masspole": Uniform(0.05, 0.5), "length": Uniform(0.25, 1.0)},
     apply=_apply_cartpole,
     grid={"gravity": (5.0, 7.5, 10.0, 12.5, 15.0), "length": (0.25, 0.5, 0.75, 1.0)},
+    nominal={"gravity": 9.8, "masspole": 0.1, "length": 0.5},
+    adr_thresholds=(300.0, 475.0),
     grid_fixed={"masspole": 0.1},
 )
 
@@ -225,22 +237,83 @@ def cell_kwargs(env_id: str, **values: Value) -> dict[str, Value]:
     return {name: physics[name] for name in family.ranges}
 
 
+def parse_physics(env_id: str, text: str) -> dict[str, Value]:
+    """``--physics`` (``"gravity=-3,wind_power=15"``): the full physics of every env of a run, the
+    values named over the grid's fixed ones over the default physics (``nominal``), so that a grid
+    cell's axes name one of its cells; one-line `UsageError` for anything else."""
+    values: dict[str, Value] = {}
+    for part in text.split(","):
+        name, equals, number = part.partition("=")
+        try:
+            value = float(number)
+        except ValueError:
+            value = float("nan")
+        if not equals or not np.isfinite(value):
+            raise UsageError(f"--physics takes NAME=NUMBER[,NAME=NUMBER...], got {text!r}")
+        values[name.strip()] = value
+    family = _family(env_id)
+    unknown = sorted(set(values) - set(family.ranges))
+    if unknown:
+        raise UsageError(f"{env_id} has no randomized physics {', '.join(unknown)} "
+                         f"(it has {', '.join(family.ranges)})")
+    physics = {**family.nominal, **family.grid_fixed, **values}
+    for name, value in values.items():
+        spec = family.ranges[name]
+        if isinstance(spec, Uniform) and not spec.low <= value <= spec.high:
+            raise UsageError(f"--physics {name}={value:g} is outside {env_id}'s range {spec.low:g} to {spec.high:g}")
+    return physics
+
+
+Ranges = dict[str, tuple[float, float]]  # name -> (low, high), both included
+
+
+def training_ranges(env_id: str, randomized: str = "", physics: str = "",
+                    adr_ranges: Optional[dict[str, Any]] = None) -> Ranges:
+    """The physics a run trained on, as a closed range for each float of :data:`FAMILIES` (the
+    grid tells its cells inside them from those held out): the family's whole ranges with
+    ``randomized="uniform"``, ADR's ranges as they stood (``adr_ranges``) with ``"adr"``, the one
+    cell of ``physics`` (``--physics``), else the default physics (the family's ``nominal``)."""
+    family = _family(env_id)
+    floats = [name for name, spec in family.ranges.items() if isinstance(spec, Uniform)]
+    if randomized == "adr":
+        if adr_ranges is None:
+            raise ValueError("an ADR run's ranges are in its checkpoint")
+        return {name: (float(adr_ranges[name][0]), float(adr_ranges[name][1])) for name in floats}
+    if randomized:
+        return {name: (family.ranges[name].low, family.ranges[name].high) for name in floats}
+    point = parse_physics(env_id, physics) if physics else family.nominal
+    return {name: (float(point[name]), float(point[name])) for name in floats}
+
+
+def inside(values: dict[str, Value], ranges: Ranges) -> bool:
+    """Whether every value that ``ranges`` names lies in its range (a grid cell in a run's training physics)."""
+    return all(ranges[name][0] - 1e-9 <= float(value) <= ranges[name][1] + 1e-9
+               for name, value in values.items() if name in ranges)
+
+
 def physics_wrapper(env_id: str, seed: int, every: str = "episode", fixed: Optional[dict[str, Value]] = None,
-                    outer: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> Callable[[int, gym.Env], gym.Env]:
+                    outer: Optional[Callable[[int, gym.Env], gym.Env]] = None,
+                    adr: Any = None) -> Callable[[int, gym.Env], gym.Env]:
     """``wrap(i, env)`` for a vector env (``gym_vec_env.GymVecEnv``): env i with its physics.
 
-    ``fixed``: every env plays those physics (a grid cell). Otherwise ``every="episode"`` draws
+    ``fixed``: every env plays those physics (a grid cell). ``adr``: every env draws from that
+    ``adr.ADR`` (one process only). Otherwise ``every="episode"`` draws
     env i's physics at every reset (its stream seeded by the reset seed the vector env gives it,
     ``seed + i``), ``every="never"`` gives env i the i-th draw of :func:`initial_kwargs`, for good.
-    ``outer(i, env)``, when given, wraps the result. Picklable, for worker processes.
+    ``outer(i, env)``, when given, wraps the result. Picklable (without ``adr``), for worker processes.
     """
     check_randomizable(env_id)
-    return functools.partial(_with_physics, env_id=env_id, seed=seed, every=every, fixed=fixed, outer=outer)
+    return functools.partial(_with_physics, env_id=env_id, seed=seed, every=every, fixed=fixed, outer=outer, adr=adr)
 
 
 def _with_physics(i: int, env: gym.Env, *, env_id: str, seed: int, every: str,
-                  fixed: Optional[dict[str, Value]], outer: Optional[Callable[[int, gym.Env], gym.Env]]) -> gym.Env:
-    if fixed is not None:
+                  fixed: Optional[dict[str, Value]], outer: Optional[Callable[[int, gym.Env], gym.Env]],
+                  adr: Any = None) -> gym.Env:
+    if adr is not None:
+        from adr import ADRPhysics
+
+        env = ADRPhysics(env, env_id, adr)
+    elif fixed is not None:
         env = FixedPhysics(env, env_id, fixed)
     elif every == "never":
         env = FixedPhysics(env, env_id, initial_kwargs(env_id, i + 1, seed)[i])

@@ -58,14 +58,15 @@ class Runner:
     def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
                  evaluator: Optional[Evaluator] = None, context: RunContext = RunContext(),
-                 callbacks: Optional[list[Callback]] = None) -> None:
+                 callbacks: Optional[list[Callback]] = None, adr: Any = None) -> None:
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
         self.evaluator = evaluator
+        self.adr = adr  # the ranges of --randomize-domain adr (adr.ADR), which the envs draw from
         self.callbacks = default_callbacks(self.HISTOGRAMS) if callbacks is None else callbacks
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
-                                       normalizer=lambda: normalize.state(envs), world_size=context.world_size)
+                                       normalizer=lambda: self.env_state(), world_size=context.world_size)
         self.context = context
         # Env steps of one update over every rank (config.num_envs is per rank): the step axis is global.
         self.steps_per_update = config.steps_per_update * context.world_size
@@ -91,6 +92,10 @@ class Runner:
         self.ended_games: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
         # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
         self.history: deque[dict[str, float]] = deque(maxlen=HISTORY_LENGTH)
+
+    def env_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the envs: the normalizers' statistics, and ADR's ranges."""
+        return {**normalize.state(self.envs), **({"adr": self.adr.state_dict()} if self.adr is not None else {})}
 
     def notify(self, point: str, *args: Any) -> None:
         """Call every callback at ``point`` of the loop (see ``callbacks.py``)."""

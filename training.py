@@ -24,7 +24,8 @@ from evaluate import PeriodicEvaluator
 from normalize import load as load_normalizer, normalized
 from model import CONV_ENCODERS
 from perf import has_fast_bf16
-from randomize import check_randomizable
+import adr
+from randomize import check_randomizable, parse_physics
 from runner import save_settings
 from seeds import env_seed, sampling_seed, seed_everything
 from utils import UsageError, probe_writable
@@ -41,6 +42,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     algo = algorithm(config.algo)
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
+    if context.world_size > 1 and config.randomize_domain == "adr":
+        raise UsageError("--randomize-domain adr moves one set of ranges in one process: start it with python, "
+                         "not torchrun")
     # A resumed run's settings (its checkpoint's, with the flags typed now on top) are checked as a new run's are.
     check_settings(config)
     if checkpoint is not None:
@@ -67,9 +71,12 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     # Each rank's envs take seeds of their own.
     first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0, rank=context.rank,
                           num_envs=config.num_envs)
+    curriculum = adr.from_config(config)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
-                        config.max_episode_frames, randomize=config.randomize_every if config.randomize_domain else None,
-                        frame_size=config.frame_size)
+                        config.max_episode_frames,
+                        randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
+                        physics=parse_physics(config.env_name, config.physics) if config.physics else None,
+                        frame_size=config.frame_size, adr=curriculum)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
@@ -80,6 +87,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)
             state = restore(checkpoint, agent, resume)
             load_normalizer(envs, checkpoint)
+            if curriculum is not None and "adr" in checkpoint:
+                curriculum.load_state_dict(checkpoint["adr"])
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
                 raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
@@ -112,7 +121,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           config.n_stack, config.frame_size,
                                           max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
                                           obs_stats_from=envs if config.normalize_obs else None)
-        runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context)
+        runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum)
         final = runner.train()
         if writer is not None:
             writer.close()
@@ -158,8 +167,36 @@ def check_settings(config: Config) -> None:
     elif config.mlp_width != Config.mlp_width:
         raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
                          f"frames go through the conv encoder (--arch)")
+    check_physics(config)
+
+
+def check_physics(config: Config) -> None:
+    """Refuse, in one line, physics settings the env or the run cannot take: randomization or
+    ``--physics`` on an env ``randomize.py`` does not know, both at once, a cell outside the ranges,
+    and ADR's settings without ADR or out of bounds."""
     if config.randomize_domain:
         check_randomizable(config.env_name)
+    if config.physics:
+        check_randomizable(config.env_name, "--physics")
+        if config.randomize_domain:
+            raise UsageError("--physics gives every env the same physics and --randomize-domain draws them: give one")
+        parse_physics(config.env_name, config.physics)
+    if config.randomize_domain != "adr":
+        if config.adr != Config().adr:
+            raise UsageError("--adr-low, --adr-high, --adr-step, --adr-episodes and --adr-boundary-prob are for "
+                             "--randomize-domain adr")
+        return
+    if config.randomize_every != "episode":
+        raise UsageError("--randomize-domain adr draws every episode's physics from its ranges: --randomize-every "
+                         "is for --randomize-domain uniform")
+    if config.algo == "grpo":
+        raise UsageError("--randomize-domain adr is for --algo a2c and ppo (a GRPO group plays one physics)")
+    if config.vec_env in ("subproc", "async"):
+        raise UsageError("--randomize-domain adr moves one set of ranges that every env draws from: it needs the "
+                         "envs in this process (--vec-env sync), not --vec-env async")
+    if config.adr.step <= 0 or config.adr.boundary_prob <= 0:
+        raise UsageError("--adr-step and --adr-boundary-prob must be above 0, or no range would ever move")
+    adr.from_config(config)  # the thresholds (the env's defaults, or typed)
 
 
 def describe_world(config: Config, context: Any, device: Any, checkpoint: Optional[dict[str, Any]]) -> str:

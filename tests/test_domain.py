@@ -110,7 +110,7 @@ def test_a_randomized_run_logs_the_physics_it_drew(tmp_path):
     assert len(histograms) == 2
     first = histograms[0].histogram_value
     assert first.num >= 2 and 5 <= first.min <= first.max < 15  # the reset's draws and those since
-    assert json.load(open(f"{run_dir}/config.json"))["randomize_domain"] is True
+    assert json.load(open(f"{run_dir}/config.json"))["randomize_domain"] == "uniform"
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -197,14 +197,14 @@ def group_runner(tmp_path, **settings) -> GroupRunner:
                     group=Group(size=3), seed=5, tensorboard=False, progress=False, **settings)
     seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed,
-                        randomize=config.randomize_every if config.randomize_domain else None)
+                        randomize=config.randomize_every if config.randomize_domain == "uniform" else None)
     num_actions, continuous = action_size(envs.action_space)
     agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)
     return GroupRunner(agent, envs, config, str(tmp_path))  # CartPole's time limit: rounds of 500 steps at most
 
 
 def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after_their_end(tmp_path):
-    runner = group_runner(tmp_path, randomize_domain=True)
+    runner = group_runner(tmp_path, randomize_domain="uniform")
     try:
         first = runner.collect()
         obs = first.obs[0]
