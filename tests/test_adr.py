@@ -193,3 +193,13 @@ def test_adr_needs_an_env_with_a_family(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--env-name", "CartPole-v1", "--randomize-domain", "adr", "--adr-high", "inf"])
     assert exit_info.value.code == 2
+
+
+def test_a_recurrent_ppo_agent_trains_on_adr_physics(tmp_path):
+    """The recurrent core on vector envs with ADR: PPO's minibatches of whole envs, the layer-normalized
+    LSTM over the MLP, and the ranges saved beside it."""
+    run_dir = run(tmp_path, "--num-updates", "2", "--randomize-domain", "adr", "--recurrent", "--lstm-norm",
+                  "--hidden-size", "8", "--minibatches", "2")
+    saved = torch.load(f"{run_dir}/a2c_last", weights_only=True)
+    assert saved["model_spec"]["recurrent"] and saved["model_spec"]["lstm_norm"]
+    assert set(saved["adr"]["ranges"]) == {"gravity", "masspole", "length"}
