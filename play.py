@@ -13,7 +13,7 @@ from devices import describe, pick_device
 from envs import action_size, effective_frame_cap, is_atari, make_eval_envs
 from evaluate import episode_shares, evaluate, summarize, write_json
 from normalize import load as load_normalizer, normalized
-from physics_grid import draw_heatmaps, evaluate_grid
+from physics_grid import draw_heatmaps, evaluate_grid, region_means
 from randomize import check_randomizable
 from seeds import env_seed, seed_everything
 from utils import UsageError, probe_writable
@@ -104,7 +104,9 @@ def play_grid(config: Config, settings: Config, checkpoint: dict[str, Any], load
               max_steps: Optional[int] = None, deterministic: bool = False, json_path: Optional[str] = None,
               out: Optional[str] = None, eval_envs: Optional[int] = None) -> int:
     """Play the agent saved at ``load`` over its env's grid of physics (``physics_grid.py``); write
-    the table (JSON) and the heat map (PNG), by default beside the checkpoint."""
+    the table (JSON) and the heat map (PNG), by default beside the checkpoint. The summary printed
+    gives the mean over the held-out cells and over those inside the training physics apart,
+    where the grid has both."""
 
     env_name = checkpoint["env_name"]
     check_randomizable(env_name, "--physics-grid")
@@ -128,6 +130,16 @@ def play_grid(config: Config, settings: Config, checkpoint: dict[str, Any], load
     draw_heatmaps([grid], [f"{env_name}: {os.path.basename(load)}, {episodes} episodes a cell"], out)
     worst = min(grid["cells"], key=lambda cell: cell["mean"])
     best = max(grid["cells"], key=lambda cell: cell["mean"])
-    print(f"{len(grid['cells'])} cells: mean return {sum(c['mean'] for c in grid['cells']) / len(grid['cells']):.2f}; "
-          f"worst {worst['mean']:.2f}, best {best['mean']:.2f}; wrote {json_path}, {out}")
+    regions = region_means(grid)
+    apart = ""
+    if regions["held_out"] is not None and regions["inside"] is not None:
+        inside = sum(cell["inside"] for cell in grid["cells"])
+        apart = (f"; held out ({_cells(len(grid['cells']) - inside)}) {regions['held_out']:.2f}, inside the "
+                 f"training physics ({_cells(inside)}) {regions['inside']:.2f}")
+    print(f"{len(grid['cells'])} cells: mean return {sum(c['mean'] for c in grid['cells']) / len(grid['cells']):.2f}"
+          f"{apart}; worst {worst['mean']:.2f}, best {best['mean']:.2f}; wrote {json_path}, {out}")
     return 0
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'' if count == 1 else 's'}"

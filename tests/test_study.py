@@ -64,6 +64,13 @@ def test_flags_main_py_refuses_or_the_study_sets_itself_are_refused(flags, messa
     (["--grid", "--configs", "a"], "--grid: no runs of a in --log-dir"),
     (["--grid", "--configs", "../up"], "--configs: not a configuration name: '../up'"),
     (["--grid", "--report-only", "--configs", "a"], "--grid and --report-only: give one"),
+    (["--configs", "a=", "--baseline", "a"], "--baseline is for --grid"),
+    (["--configs", "a=", "--specialists", "s"], "--specialists is for --grid"),
+    (["--configs", "a=", "--episodes-default", "5"], "--episodes-default is for --grid"),
+    (["--grid", "--configs", "a", "b", "--baseline", "c"], "--baseline: c is not one of --configs (a b)"),
+    (["--grid", "--configs", "a", "--baseline", "a"], "--baseline: --configs names no configuration to compare with a"),
+    (["--grid", "--configs", "a", "--specialists", "../s"], "--specialists: not a configuration name: '../s'"),
+    (["--grid", "--configs", "a", "--episodes-default", "0"], "expected a positive integer, got '0'"),
 ])
 def test_the_command_line_refuses_bad_studies_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
@@ -238,11 +245,22 @@ def test_the_grid_mode_tables_each_configuration_over_its_seeds(tmp_path, capsys
     assert study.main(["--grid", "--log-dir", str(tmp_path), "--configs", "plain=", "dr=--randomize-domain",
                        "--episodes", "1", "--max-episode-steps", "10", "--out", str(out)]) == 0
     assert f"python bench/study.py --grid --log-dir {tmp_path} --configs plain dr" in capsys.readouterr().out
-    rows = [line for line in (tmp_path / "cmp.md").read_text().splitlines() if line.startswith(("| plain", "| dr"))]
+    table = (tmp_path / "cmp.md").read_text()
+    assert ("| configuration | seeds | mean return over the cells | worst decile (2 cells) | mean over held-out cells "
+            "| default physics | cells at 200 or more | fraction of the ceiling |") in table
+    rows = [line for line in table.splitlines() if line.startswith(("| plain", "| dr"))]
     assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
     results = json.loads((tmp_path / "cmp.json").read_text())
     plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
     assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
+    plain, dr = ([column.strip() for column in row.strip("|").split("|")] for row in rows)
+    # CartPole's default gravity, 9.8, is no grid value: the plain runs held out every cell, the randomized none.
+    assert plain[4] == plain[2] and dr[4] == "–"
+    assert plain[7] == dr[7] == "–"  # no specialists, no ceiling
+    defaults = [run["default_physics"] for run in results["plain"]]
+    assert [d["episodes"] for d in defaults] == [30, 30]  # --episodes-default's default, on the default physics
+    assert f"{np.mean([d['mean'] for d in defaults]):.1f} ({defaults[0]['mean']:.1f}, {defaults[1]['mean']:.1f})" \
+        in rows[0]
     assert [run["seed"] for run in results["plain"]] == [1, 2]
     assert all(os.path.exists(os.path.join(run["run_dir"], "a2c_last_physics_grid.png")) for run in results["dr"])
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
