@@ -43,10 +43,11 @@ BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
 RESUME_FIXED = {"preset", "env_name", "num_envs", "n_stack", "frame_size", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
                 "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
-                "curiosity.enabled", "curiosity.normalize", "algo", "randomize_domain", "physics"}
+                "curiosity.enabled", "curiosity.normalize", "algo", "randomize_domain", "physics", "obs_history",
+                "prev_action_reward"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
-                "n_stack", "frame_size")
+                "n_stack", "frame_size", "obs_history", "prev_action_reward")
 
 
 def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Config, typed: set[str],

@@ -133,6 +133,10 @@ class Config:
     randomize_every: str = setting("episode", "With --randomize-domain: episode draws new physics at every reset; "
                                               "never keeps each env's first draw.")
     adr: Curriculum = block(Curriculum, "Automatic domain randomization's settings (see :class:`Curriculum`).")
+    obs_history: int = setting(1, "Vector observations the policy sees at each step: the current one and the "
+                                  "obs_history - 1 before it in the episode (zeros before its start).")
+    prev_action_reward: bool = setting(False, "The policy also sees its previous action (one-hot) and reward "
+                                              "(vector observations).")
     normalize_obs: bool = setting(False, "Vector observations minus their running mean, over their running std, "
                                          "clipped to +-10 (the statistics are saved in checkpoints and frozen in "
                                          "evaluation).")

@@ -132,7 +132,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
                  randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
                  wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84,
-                 adr: Any = None) -> VecEnv:
+                 adr: Any = None, history: tuple[int, bool] = (1, False)) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
     An Atari game gives frame-stacked images ``[num_envs, n_stack, frame_size, frame_size]`` uint8
@@ -150,7 +150,8 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     from the seed, afresh at every reset (``"episode"``) or once (``"never"``); ``physics`` gives
     every env the same (a cell of an evaluation grid); ``adr`` (an ``adr.ADR``) draws them from
     its ranges, which move with the returns (in this process only). ``wrap(i, env)`` wraps env i further
-    (e.g. a video recorder), outside its physics.
+    (e.g. a video recorder), outside its physics. ``history`` (non-Atari envs): what
+    ``gym_vec_env.History`` shows the policy, (observations, previous action and reward).
     """
     check_env_id(env_name)
     if not _is_atari(env_name):
@@ -160,14 +161,15 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                              "needs the envs in this process (--vec-env sync), not --vec-env async")
         if randomize is not None or physics is not None or adr is not None:
             wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
-        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap)
+        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap, history=history)
         try:
             _check_spaces(env_name, venv.observation_space, venv.action_space)
         except UsageError:
             venv.close()
             raise
         return venv
-    if env_kwargs is not None or randomize is not None or physics is not None or wrap is not None or adr is not None:
+    if (env_kwargs is not None or randomize is not None or physics is not None or wrap is not None or adr is not None
+            or history != (1, False)):
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
@@ -207,7 +209,8 @@ PROTOCOL_SETTINGS = {
 def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
                    full_action_space: bool = False, video_dir: Optional[str] = None,
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
-                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84) -> VecEnv:
+                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84,
+                   history: tuple[int, bool] = (1, False)) -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
     ``[num_envs, n_stack, frame_size, frame_size]`` uint8, as in training (see ``envs.make_vec_env``). Any other
     env is played as in training, in gymnasium's vector env (``gym_vec_env.GymVecEnv``), under
@@ -225,7 +228,8 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames
     (steps, for other envs; a time-limit truncation, meant for short test games). With
     ``video_dir`` (made if missing), env i records its games there (see `GameRecorder`), at most
-    ``max_episodes_per_env`` of them (an int for every env, or one per env; None: all). Episode
+    ``max_episodes_per_env`` of them (an int for every env, or one per env; None: all). ``history``:
+    what other envs show the policy, as in training (``make_vec_env``). Episode
     numbers are unique across envs, for Atari and other envs alike: with one cap per env (e.g.
     `episode_shares`) env i numbers its games after the caps of envs 0..i-1, so the numbers run
     1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap; without caps,
@@ -268,10 +272,11 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
 
     if not atari:
         if video_dir is None:
-            return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames)
+            return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames,
+                                history=history)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
         return GymVecEnv(env_name, num_envs, seed, "sync", [{"render_mode": "rgb_array"}] * num_envs,
-                         max_episode_frames, wrap=record)
+                         max_episode_frames, wrap=record, history=history)
 
     settings = PROTOCOL_SETTINGS[protocol]
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,

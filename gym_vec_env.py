@@ -14,9 +14,13 @@ terminal one. No fake transition reaches a rollout.
 
 Each env is wrapped in ``RecordEpisodeStatistics``: the episode's raw return and length arrive in
 ``infos[i]["episode"]`` (``{"r", "l"}``) on the step it ends, as from SB3's ``Monitor``.
+
+:class:`History` (``--obs-history``, ``--prev-action-reward``) lets a feed-forward policy see
+more than the current observation: the ones before it, and what it did and got one step ago.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
@@ -30,11 +34,65 @@ from control import workers_ignore_stop_signals
 VECTOR_MODES = ("sync", "async")  # gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (a process an env)
 
 
+class History(gym.Wrapper):
+    """The observation the policy sees: the last ``length`` observations of the episode, newest
+    first (zeros before its first), and with ``actions_rewards`` the previous action (one-hot for
+    ``Discrete`` actions, as sent for ``Box`` ones) and the previous raw reward (zeros at the
+    episode's first step), all in one flat float32 vector. From these a feed-forward policy can
+    tell how the env answers its actions (LunarLander's gravity and wind), which one observation
+    does not show."""
+
+    def __init__(self, env: gym.Env, length: int = 1, actions_rewards: bool = False) -> None:
+        super().__init__(env)
+        space, actions = env.observation_space, env.action_space
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise ValueError(f"History needs a flat Box observation, got {space}")
+        self.length, self.actions_rewards = int(length), bool(actions_rewards)
+        self.discrete = isinstance(actions, gym.spaces.Discrete)
+        action_size = int(actions.n) if self.discrete else int(np.prod(actions.shape))
+        low, high = [np.tile(space.low, self.length)], [np.tile(space.high, self.length)]
+        if self.actions_rewards:
+            action_low = np.zeros(action_size) if self.discrete else np.ravel(actions.low)
+            action_high = np.ones(action_size) if self.discrete else np.ravel(actions.high)
+            low += [action_low, [-np.inf]]
+            high += [action_high, [np.inf]]
+        self.observation_space = gym.spaces.Box(np.concatenate(low).astype(np.float32),
+                                                np.concatenate(high).astype(np.float32), dtype=np.float32)
+        self.frames: deque[np.ndarray] = deque(maxlen=self.length)
+        self.last = np.zeros(action_size + 1 if self.actions_rewards else 0, np.float32)
+
+    def _observation(self) -> np.ndarray:
+        return np.concatenate([*reversed(self.frames), self.last]).astype(np.float32)
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        zeros = np.zeros_like(obs, dtype=np.float32)
+        self.frames.extend([zeros] * self.length)
+        self.frames.append(np.asarray(obs, np.float32))
+        self.last[:] = 0.0
+        return self._observation(), info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.frames.append(np.asarray(obs, np.float32))
+        if self.actions_rewards:
+            self.last[:] = 0.0
+            if self.discrete:
+                self.last[int(action)] = 1.0
+            else:
+                self.last[:-1] = np.ravel(action)
+            self.last[-1] = reward
+        return self._observation(), reward, terminated, truncated, info
+
+
 def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int], rank: int,
-              wrap: Optional[Callable[[int, gym.Env], gym.Env]]) -> gym.Env:
+              wrap: Optional[Callable[[int, gym.Env], gym.Env]], history: tuple[int, bool] = (1, False)) -> gym.Env:
     extra = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     env = gym.make(env_id, **kwargs, **extra)
-    return RecordEpisodeStatistics(env if wrap is None else wrap(rank, env))
+    env = env if wrap is None else wrap(rank, env)
+    if history != (1, False):
+        env = History(env, *history)
+    return RecordEpisodeStatistics(env)
 
 
 def _physics_of(info: dict[str, Any], i: int) -> dict[str, Any]:
@@ -56,20 +114,22 @@ class GymVecEnv(VecEnv):
     ``wrap``, when given, wraps each env under its ``RecordEpisodeStatistics``: env i is
     ``RecordEpisodeStatistics(wrap(i, gym.make(env_id, ...)))`` (e.g. ``video.GameRecorder``,
     which needs ``render_mode="rgb_array"`` in ``env_kwargs``; a wrapper that writes files is
-    best run in ``sync`` mode).
+    best run in ``sync`` mode). ``history``: (observations, previous action and reward) that
+    :class:`History` shows the policy; (1, False), the default, is the observation alone.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0, mode: str = "sync",
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
                  max_episode_steps: Optional[int] = None,
-                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None) -> None:
+                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None,
+                 history: tuple[int, bool] = (1, False)) -> None:
         if mode not in VECTOR_MODES:
             raise ValueError(f"unknown vector mode {mode!r} (one of {', '.join(VECTOR_MODES)})")
         kwargs = list(env_kwargs) if env_kwargs is not None else [{} for _ in range(num_envs)]
         if len(kwargs) != num_envs:
             raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
         makers: list[Callable[[], gym.Env]] = [
-            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap)) for i, k in enumerate(kwargs)]
+            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap, history)) for i, k in enumerate(kwargs)]
         if mode == "sync":
             self.envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         else:

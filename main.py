@@ -66,6 +66,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--adr-step", field="adr.step", type=_unit_interval, metavar="SHARE")
     flag("--adr-episodes", field="adr.episodes", type=positive_int, metavar="N")
     flag("--adr-boundary-prob", field="adr.boundary_prob", type=_unit_interval, metavar="P")
+    flag("--obs-history", field="obs_history", type=positive_int, metavar="K")
+    switch("--prev-action-reward", "prev_action_reward")
     switch("--normalize-obs", "normalize_obs")
     switch("--normalize-reward", "normalize_reward")
     flag("--seed", field="seed", type=parse_seed)

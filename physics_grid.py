@@ -55,7 +55,9 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
         generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
         return evaluate(model, envs, episodes, deterministic, generator=generator)
 
-    grid = _play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play)
+    settings = Config.from_dict(checkpoint.get("config", {}))
+    grid = _play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play,
+                       history=(settings.obs_history, settings.prev_action_reward))
     cells = grid.pop("cells")
     for cell in cells:
         physics = randomize.cell_kwargs(env_name, **{name: cell[name] for name in grid["axes"]})
@@ -82,7 +84,7 @@ def random_grid(env_name: str, episodes: int, seed: int, *, num_envs: Optional[i
 
 
 def _play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int], max_episode_steps: Optional[int],
-                play: Callable[[Any], EvalResult]) -> dict[str, Any]:
+                play: Callable[[Any], EvalResult], history: tuple[int, bool] = (1, False)) -> dict[str, Any]:
     """``play(envs)`` in every cell of the grid, on ``num_envs`` envs seeded ``seed + i``; the grid dict."""
     names, axes = randomize.grid(env_name)
     n = num_envs or min(episodes, 8)
@@ -90,7 +92,7 @@ def _play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int]
     for values in itertools.product(*axes):
         where = dict(zip(names, values))
         envs = make_vec_env(env_name, n, seed=seed, vec_env="sync", max_episode_frames=max_episode_steps,
-                            physics=randomize.cell_kwargs(env_name, **where))
+                            physics=randomize.cell_kwargs(env_name, **where), history=history)
         try:
             result = play(envs)
         finally:
