@@ -232,6 +232,11 @@ class Config:
         return self.num_envs * self.rollout_size
 
     @property
+    def history(self) -> tuple[int, bool]:
+        """What the policy sees of a vector-observation env besides its observation (``gym_vec_env.History``)."""
+        return self.obs_history, self.prev_action_reward
+
+    @property
     def total_steps(self) -> int:
         return self.num_updates * self.steps_per_update
 

@@ -55,9 +55,8 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
         generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
         return evaluate(model, envs, episodes, deterministic, generator=generator)
 
-    settings = Config.from_dict(checkpoint.get("config", {}))
     grid = _play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play,
-                       history=(settings.obs_history, settings.prev_action_reward))
+                       history=Config.from_dict(checkpoint.get("config", {})).history)
     cells = grid.pop("cells")
     for cell in cells:
         physics = randomize.cell_kwargs(env_name, **{name: cell[name] for name in grid["axes"]})

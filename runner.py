@@ -66,7 +66,7 @@ class Runner:
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
-                                       normalizer=lambda: self.env_state(), world_size=context.world_size)
+                                       normalizer=self.env_state, world_size=context.world_size)
         self.context = context
         # Env steps of one update over every rank (config.num_envs is per rank): the step axis is global.
         self.steps_per_update = config.steps_per_update * context.world_size

@@ -76,7 +76,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                         config.max_episode_frames,
                         randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
                         physics=parse_physics(config.env_name, config.physics) if config.physics else None,
-                        frame_size=config.frame_size, adr=curriculum, history=history(config))
+                        frame_size=config.frame_size, adr=curriculum, history=config.history)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
@@ -120,7 +120,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, config.frame_size,
                                           max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
-                                          history=history(config),
+                                          history=config.history,
                                           obs_stats_from=envs if config.normalize_obs else None)
         runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum)
         final = runner.train()
@@ -201,11 +201,6 @@ def check_physics(config: Config) -> None:
     if config.adr.step <= 0 or config.adr.boundary_prob <= 0:
         raise UsageError("--adr-step and --adr-boundary-prob must be above 0, or no range would ever move")
     adr.from_config(config)  # the thresholds (the env's defaults, or typed)
-
-
-def history(config: Config) -> tuple[int, bool]:
-    """What the policy sees of a vector-observation env besides its observation (``gym_vec_env.History``)."""
-    return config.obs_history, config.prev_action_reward
 
 
 def describe_world(config: Config, context: Any, device: Any, checkpoint: Optional[dict[str, Any]]) -> str:
