@@ -1,4 +1,4 @@
-"""The actor-critic network, composed of parts (``nets/``)::
+r"""The actor-critic network, composed of parts (``nets/``)::
 
     observation -> encoder -> [feature norm] -> core -> policy head -> action distribution
                                                     \-> value head  -> value

@@ -107,7 +107,8 @@ def test_a_rollout_step_waits_for_the_gpu_only_for_the_actions(tmp_path):
                 runner._collect_steps(runner.storage)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        syncs = [w for w in caught if "synchroniz" in str(w.message)]
-        assert len(syncs) <= config.rollout_size, [str(w.message) for w in syncs]
+        # torch also warns once that its sync debug mode is a prototype: only the syncs count
+        syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
+        assert 1 <= len(syncs) <= config.rollout_size, [str(w.message) for w in caught]
     finally:
         envs.close()
