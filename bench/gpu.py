@@ -19,12 +19,11 @@ keeping what the other pieces wrote, records its own command line there, and rew
   fast configuration with its encoder in bfloat16, and SB3's A2C, all on the GPU, with
   bench/throughput.py's trainers and its ``run_alternating`` (every run in a fresh process, the
   trainers in turn, ``--repeats`` rounds, medians). The target: ours recurrent >= 2x SB3's env
-  steps/s at 16 envs. An estimate, not a measurement: with the default ``--steps 20000`` and
-  ``--repeats 2`` (24 runs, about 8 s each to start a process, build envs and initialise CUDA,
-  SB3 near 1,000 env steps/s on its serial envs, ours several times that), the piece takes about
-  7 minutes on an H100 machine with 16 cores; never run there. Every timed run includes its first
-  updates, CUDA's warm-up among them, as bench/throughput.py's do. Results are kept per env count, so
-  ``throughput --envs 16`` and then ``throughput --envs 64 256`` split it in two if it does not fit.
+  steps/s at 16 envs. On one H200 with 16 cores, ``--repeats 1``: 16 envs took about a minute;
+  16 and 64 envs together fit in about three; 256 envs ran past 110 s, in SB3's run of 256 envs in
+  one process, so give ``--envs 256`` a command of its own. Every timed run includes its first
+  updates, CUDA's warm-up among them, as bench/throughput.py's do. Results are kept per env count,
+  so ``throughput --envs 16`` and then ``throughput --envs 64`` split it where it does not fit.
   ``--sb3-vec-env subproc`` gives SB3 a process per env instead of bench/throughput.py's ``dummy``.
 * ``pong`` trains ``python main.py --env-name PongNoFrameskip-v4 --arch nature --no-recurrent
   --cuda`` (plus ``--flags="..."``) under ``OUT_DIR/pong_runs`` for at most ``--minutes`` (default
