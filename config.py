@@ -62,6 +62,9 @@ class Clipped:
                                    "--recurrent (PPO), of group members (GRPO) (with --algo ppo or grpo).")
     eps: float = setting(0.2, "The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate (with --algo "
                               "ppo or grpo).")
+    sequence_length: int = setting(0, "With --recurrent: a rollout's env columns are cut into sequences of this many "
+                                      "steps, each run from the state the network reached there, and minibatches "
+                                      "hold sequences (0: whole columns) (with --algo ppo).")
 
 
 @dataclass

@@ -89,6 +89,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--epochs", field="clip.epochs", type=positive_int, metavar="N")
     flag("--minibatches", field="clip.minibatches", type=positive_int, metavar="N")
     flag("--clip-eps", field="clip.eps", type=positive_float, metavar="EPS")
+    flag("--sequence-length", field="clip.sequence_length", type=positive_int, metavar="L")
     flag("--rollout-size", field="rollout_size", type=positive_int, metavar="T")
     flag("--num-updates", field="num_updates", type=positive_int, metavar="N")
     flag("--max-env-steps", field="max_env_steps", type=positive_int, metavar="N")

@@ -14,8 +14,13 @@ With ``normalize_advantages`` each minibatch's advantages are standardized first
 does). With one epoch of one minibatch the ratio is 1 and the gradient of ``policy`` is A2C's
 (``-mean(A * grad log pi)``): A2C is the special case this update starts from.
 
-A feed-forward network's samples are shuffled one by one; a recurrent one's by env, each env's
-column of the rollout run again from the state it started with, so its core sees its frames in order.
+A feed-forward network's samples are shuffled one by one; a recurrent one's by sequence, so that
+its core sees its frames in order. A sequence is an env's whole column of the rollout, run again
+from the state it started with; or, with ``sequence_length`` L, one of the column's T / L stretches
+of L steps, run from the state the network reached there, computed before the update's first step
+(``sequence_starts``: the rollout run once without gradients). The first epoch's losses are then
+those of whole columns; the gradient stops at each stretch's first step (truncated
+backpropagation through time), and each gradient step unrolls L steps, not T.
 """
 from __future__ import annotations
 
@@ -71,33 +76,61 @@ class PPOAgent(A2CAgent):
     """A2C's agent (acting, returns, optimizer, clipping, checkpoints) with PPO's update, :meth:`learn`."""
 
     def __init__(self, model: ActorCritic, *, epochs: int = 4, minibatches: int = 4, clip_eps: float = 0.2,
-                 **kwargs: Any) -> None:
+                 sequence_length: int = 0, **kwargs: Any) -> None:
         if kwargs.get("intrinsic") is not None:
             raise ValueError("PPO trains without an intrinsic-reward provider")
         super().__init__(model, **kwargs)
         self.epochs, self.minibatches, self.clip_eps = epochs, minibatches, clip_eps
+        self.sequence_length = sequence_length  # 0: whole columns
+
+    def length(self, batch: Batch) -> int:
+        """The steps of a recurrent network's sequence: ``sequence_length``, or the whole rollout (0)."""
+        return self.sequence_length or batch.advantages.shape[0]
 
     def samples(self, batch: Batch) -> int:
         """How many units a minibatch is drawn from: the rollout's ``T x N`` samples for a
-        feed-forward network, its ``N`` envs for a recurrent one."""
+        feed-forward network, its ``T / L x N`` sequences for a recurrent one."""
         T, N = batch.advantages.shape
-        return N if self.model.recurrent else T * N
+        return T // self.length(batch) * N if self.model.recurrent else T * N
 
-    def minibatch_loss(self, batch: Batch, samples: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    @torch.no_grad()
+    def sequence_starts(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """The recurrent state at the first step of every sequence, ``[T / L x N, ...]``, sequence
+        ``c`` of env ``n`` at row ``c * N + n``: the rollout's initial state for ``c = 0``, then the
+        state the network reaches after each L steps, run without gradients (with the weights
+        that acted, the states it acted from)."""
+        L, state = self.length(batch), batch.initial_state
+        starts = [state]
+        for begin in range(L, batch.advantages.shape[0], L):
+            _, _, state = self.model.forward_sequence(batch.obs[begin - L:begin], state,
+                                                      batch.episode_starts[begin - L:begin])
+            starts.append(state)
+        return tuple(torch.cat(parts) for parts in zip(*starts))
+
+    def minibatch_loss(self, batch: Batch, samples: Optional[torch.Tensor] = None,
+                       starts: Optional[tuple[torch.Tensor, ...]] = None) -> dict[str, torch.Tensor]:
         """The loss terms on ``samples`` of the rollout (all by default): flat indices into its
-        ``T x N`` samples for a feed-forward network, env indices (whole columns) for a recurrent one."""
+        ``T x N`` samples for a feed-forward network, sequence indices for a recurrent one, whose
+        ``starts`` (:meth:`sequence_starts`, computed here if not given) are their first states."""
         if samples is None:
             samples = torch.arange(self.samples(batch), device=batch.advantages.device)
 
         def pick(x: torch.Tensor) -> torch.Tensor:
-            """``x [T, N, ...]`` at ``samples``, as ``[T, n, ...]`` columns or ``[1, n, ...]`` single steps."""
+            """``x [T, N, ...]`` at ``samples``: as ``[L, n, ...]`` sequences (the T / L stretches of
+            each column side by side, stretch c of env i at c * N + i), or ``[1, n, ...]`` single steps."""
             if self.model.recurrent:
-                return x[:, samples]
+                T, N = x.shape[:2]
+                L = self.length(batch)
+                return x.reshape(T // L, L, N, *x.shape[2:]).transpose(0, 1).reshape(L, -1, *x.shape[2:])[:, samples]
             return x.reshape(1, -1, *x.shape[2:])[:, samples]
 
-        # A recurrent network runs its envs' columns from the state each began the rollout with; a
-        # feed-forward one sees the samples as one step of len(samples) envs (it keeps no state).
-        state = tuple(s[samples] for s in batch.initial_state) if self.model.recurrent else batch.initial_state
+        # A recurrent network runs its sequences from their first states; a feed-forward one sees
+        # the samples as one step of len(samples) envs (it keeps no state).
+        if self.model.recurrent:
+            starts = self.sequence_starts(batch) if starts is None else starts
+            state = tuple(s[samples] for s in starts)
+        else:
+            state = batch.initial_state
         logits, values, _ = self.model.forward_sequence(pick(batch.obs), state, pick(batch.episode_starts))
         advantages = pick(batch.advantages)
         if self.normalize_advantages:
@@ -110,7 +143,8 @@ class PPOAgent(A2CAgent):
     def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "PPOAgent":
         return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
                    max_grad_norm=config.max_grad_norm, gamma=config.gamma, epochs=config.clip.epochs,
-                   minibatches=config.clip.minibatches, clip_eps=config.clip.eps, value_coeff=config.value_coeff,
+                   minibatches=config.clip.minibatches, clip_eps=config.clip.eps,
+                   sequence_length=config.clip.sequence_length, value_coeff=config.value_coeff,
                    gae_lambda=config.gae_lambda, normalize_advantages=config.normalize_advantages, intrinsic=intrinsic)
 
     def update(self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
@@ -120,19 +154,20 @@ class PPOAgent(A2CAgent):
         Returns the mean of each term over the steps taken, how many steps a non-finite loss
         skipped (``ppo/skipped_steps``; ``skipped`` is 1 when no step was taken), and the rollout's
         statistics."""
+        starts = self.sequence_starts(batch) if self.model.recurrent else None
         if on_loss is not None:
             with torch.no_grad():
-                on_loss(float(self.minibatch_loss(batch)["total"]))
+                on_loss(float(self.minibatch_loss(batch, starts=starts)["total"]))
         samples = torch.arange(self.samples(batch), device=self.device)
         stats, steps, skipped = self.minibatch_epochs(samples, self.epochs, self.minibatches,
-                                                      lambda part: self.minibatch_loss(batch, part), generator)
+                                                      lambda part: self.minibatch_loss(batch, part, starts), generator)
         stats["skipped"], stats["ppo/skipped_steps"] = float(steps == 0), float(skipped)
         stats.update(read_back(rollout_stats(batch)))
         return stats
 
 
 # Settings of --algo ppo only: typed for another algorithm they are refused rather than ignored.
-SETTINGS = ("clip.epochs", "clip.minibatches", "clip.eps")
+SETTINGS = ("clip.epochs", "clip.minibatches", "clip.eps", "clip.sequence_length")
 
 
 def check(config: Config) -> None:
@@ -140,6 +175,13 @@ def check(config: Config) -> None:
     if is_atari(config.env_name):
         raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
                          f"not on {config.env_name}")
-    if config.recurrent and config.clip.minibatches > config.num_envs:
-        raise UsageError(f"--minibatches {config.clip.minibatches} is more than --num-envs {config.num_envs}: with "
-                         f"--recurrent a minibatch holds whole envs")
+    length = config.clip.sequence_length
+    if length and not config.recurrent:
+        raise UsageError("--sequence-length is for --recurrent: a feed-forward network's samples are shuffled one by one")
+    if length and config.rollout_size % length:
+        raise UsageError(f"--sequence-length {length} does not divide --rollout-size {config.rollout_size}")
+    sequences = config.num_envs * (config.rollout_size // length if length else 1)
+    if config.recurrent and config.clip.minibatches > sequences:
+        raise UsageError(f"--minibatches {config.clip.minibatches} is more than the {sequences} sequences of a rollout: "
+                         f"with --recurrent a minibatch holds whole sequences (--num-envs {config.num_envs} "
+                         f"x --rollout-size / --sequence-length)")

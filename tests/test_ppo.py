@@ -121,6 +121,65 @@ def test_minibatches_hold_samples_or_whole_envs(recurrent):
     assert_close(ppo.minibatch_loss(batch, part)["value"], expected)
 
 
+def test_sequences_are_stretches_of_the_columns_run_from_the_states_reached_there():
+    """With sequence_length L, sequence c of env i (unit c * N + i) holds steps c*L .. c*L+L-1 of
+    env i, run from the state the whole column reaches at step c*L: the first epoch's losses are
+    the whole columns'. The gradient stops at each sequence's first step: it equals the gradient of
+    the columns run with their state detached every L steps."""
+    T, N, L = 6, 4, 2
+    model, batch = _rollout(True, T=T, N=N)
+    whole = PPOAgent(model, epochs=1, minibatches=1, value_coeff=0.5, entropy_coeff=0.01)
+    cut = PPOAgent(model, epochs=1, minibatches=1, value_coeff=0.5, entropy_coeff=0.01, sequence_length=L)
+    assert (whole.samples(batch), cut.samples(batch)) == (N, T // L * N)
+
+    # the states at the sequences' first steps: the column's state after c * L steps
+    starts = cut.sequence_starts(batch)
+    state = batch.initial_state
+    for c in range(T // L):
+        for s, start in zip(state, starts):
+            assert_close(start[c * N:(c + 1) * N], s)
+        _, _, state = model.forward_sequence(batch.obs[c * L:(c + 1) * L], state, batch.episode_starts[c * L:(c + 1) * L])
+
+    # one sequence alone: sequence 1 * N + 2 is env 2's steps 2 and 3
+    _, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+    expected = (batch.returns[L:2 * L, 2] - values[L:2 * L, 2]).pow(2).mean()
+    assert_close(cut.minibatch_loss(batch, torch.tensor([1 * N + 2]))["value"], expected)
+
+    # all of them: the whole columns' losses; the gradient, that of columns detached every L steps
+    terms, reference = cut.minibatch_loss(batch), whole.minibatch_loss(batch)
+    for name in ("total", "policy", "value", "entropy"):
+        assert_close(terms[name], reference[name])
+    state, logits, values = batch.initial_state, [], []
+    for c in range(T // L):
+        state = tuple(s.detach() for s in state)
+        part_logits, part_values, state = model.forward_sequence(batch.obs[c * L:(c + 1) * L], state,
+                                                                 batch.episode_starts[c * L:(c + 1) * L])
+        logits.append(part_logits)
+        values.append(part_values)
+    truncated = ppo_loss(model.distribution(torch.cat(logits)), torch.cat(values), batch.actions, batch.log_probs,
+                         batch.returns, batch.advantages, 0.2, 0.5, 0.01)
+    grads = []
+    for total in (terms["total"], truncated["total"], reference["total"]):
+        model.zero_grad()
+        total.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert_close(grads[0], grads[1])
+    assert not torch.allclose(grads[0], grads[2])  # the whole columns' gradient reaches further back
+
+
+def test_a_sequence_of_the_whole_rollout_is_the_whole_column():
+    """sequence_length T is the default's update, step for step."""
+    results = []
+    for length in (0, 6):
+        model, batch = _rollout(True)
+        ppo = PPOAgent(model, epochs=2, minibatches=2, value_coeff=0.5, sequence_length=length)
+        stats = ppo.update(batch, generator=torch.Generator().manual_seed(0))
+        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+    assert results[0][0] == results[1][0]
+    for mine, theirs in zip(results[0][1], results[1][1]):
+        assert torch.equal(mine, theirs)
+
+
 def test_standardized_advantages_are_per_minibatch():
     """With normalize_advantages, each minibatch's advantages have mean 0: at ratio 1 the
     surrogate is the negated mean of the minibatch's standardized advantages, 0."""
@@ -163,7 +222,8 @@ def test_a_ppo_run_through_main_checkpoints_resumes_and_plays(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = os.path.join(run_dir, "a2c_last")
     first = checkpoints.load_checkpoint(last)
-    assert first["config"]["algo"] == "ppo" and first["config"]["clip"] == {"epochs": 2, "minibatches": 4, "eps": 0.2}
+    assert first["config"]["algo"] == "ppo" and first["config"]["clip"] == {"epochs": 2, "minibatches": 4, "eps": 0.2,
+                                                                  "sequence_length": 0}
     assert first["optimizer_name"] == "adam" and not first["config"]["speed"]["keep_graph"]
     steps = lambda data: {float(s["step"]) for s in data["optimizer"]["state"].values()}  # noqa: E731
     assert steps(first) == {2 * 2 * 4}
@@ -200,7 +260,8 @@ def test_ppo_learns_cartpole(tmp_path):
     assert np.mean(returns[-20:]) > 150, returns[-20:]
 
 
-@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"])])
+@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"]),
+                                             ("CartPole-v1", ["--recurrent", "--sequence-length", "4"])])
 def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
     argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--epochs", "2",
             "--minibatches", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
@@ -215,7 +276,12 @@ def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags)
 
 @pytest.mark.parametrize("argv, message", [
     (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
-    ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than --num-envs 4"),
+    ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than the 4 sequences of a rollout"),
+    ([*PPO, "--recurrent", "--sequence-length", "4", "--minibatches", "17"],
+     "--minibatches 17 is more than the 16 sequences of a rollout"),
+    ([*PPO, "--recurrent", "--sequence-length", "5"], "--sequence-length 5 does not divide --rollout-size 16"),
+    ([*PPO, "--sequence-length", "4"], "--sequence-length is for --recurrent"),
+    (["--env-name", "CartPole-v1", "--recurrent", "--sequence-length", "5"], "--sequence-length is for --algo ppo"),
     (["--env-name", "CartPole-v1", "--epochs", "3"], "--epochs is for --algo ppo or grpo"),
     ([*PPO, "--kl-coeff", "0.1"], "--kl-coeff is for --algo grpo"),
     ([*PPO, "--clip-eps", "0"], "--clip-eps"),
