@@ -575,11 +575,14 @@ NO_FIGURE = "–"  # a figure with nothing to measure (no held-out cell, no spec
 
 
 def grid_run_dirs(log_dir: str, name: str) -> list[tuple[int, str]]:
-    """(seed, run directory) of each run of configuration ``name`` in a study's log dir, by seed."""
+    """(seed, run directory) of each run of configuration ``name`` in a study's log dir, by seed: one a
+    seed, the run its training resumes (``find_run_dir``), so a start that stopped before its first
+    ``a2c_last`` is passed over."""
     found = []
-    for path in glob.glob(os.path.join(glob.escape(log_dir), f"{name}_seed*", "*", "config.json")):
-        seed = int(os.path.basename(os.path.dirname(os.path.dirname(path))).rsplit("_seed", 1)[1])
-        found.append((seed, os.path.dirname(path)))
+    for root in glob.glob(os.path.join(glob.escape(log_dir), f"{name}_seed*")):
+        run_dir = find_run_dir(root) if os.path.isdir(root) else None
+        if run_dir and os.path.isfile(os.path.join(run_dir, "config.json")):
+            found.append((int(os.path.basename(root).rsplit("_seed", 1)[1]), run_dir))
     return sorted(found)
 
 

@@ -233,6 +233,20 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
 
 
 # ------------------------------------------------------------------------------------------------ --grid
+def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
+    for name, stamp, last in (("a_seed1", "20260101-000000", True), ("a_seed2", "20260101-000000", True),
+                              ("a_seed2", "20260102-000000", False)):  # a start that stopped before a2c_last
+        run_dir = tmp_path / name / f"CartPole-v1_{stamp}_seed{name[-1]}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text("{}")
+        if last:
+            (run_dir / "a2c_last").write_bytes(b"")
+    (tmp_path / "ab_seed1" / "CartPole-v1_20260101-000000_seed1").mkdir(parents=True)  # another configuration
+    assert study.grid_run_dirs(str(tmp_path), "a") == [
+        (1, str(tmp_path / "a_seed1" / "CartPole-v1_20260101-000000_seed1")),
+        (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2"))]
+
+
 def test_the_grid_mode_tables_each_configuration_over_its_seeds(tmp_path, capsys):
     import main
 
