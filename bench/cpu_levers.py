@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.throughput import print_table, run_alternating  # noqa: E402
+from bench.throughput import cli_config, print_table, run_alternating  # noqa: E402
 
 LEVERS = ("sequential", "halves", "compiled")
 ROLLOUT = 5      # the default --rollout-size
@@ -50,11 +50,12 @@ def make_envs(num_envs: int, frame_size: int, seed: int):
 
 
 def make_model(frame_size: int, num_actions: int, compiled: bool):
-    from model import build_model
+    """The network ``python main.py --env-name PongNoFrameskip-v4 --frame-size N`` trains (at 42, the preset's)."""
+    from agent import build_networks
 
     torch.manual_seed(0)
-    model = build_model((4, frame_size, frame_size), num_actions, recurrent=True, hidden_size=256,
-                        lstm_norm=True, core_skip=True, channels_last=True, encoder_chunk=16)
+    config = cli_config(["--env-name", "PongNoFrameskip-v4", "--frame-size", str(frame_size)])
+    model, _ = build_networks(config, (config.n_stack, frame_size, frame_size), num_actions)
     if compiled:
         model.encoder = torch.compile(model.encoder, dynamic=False)
     return model
@@ -89,6 +90,7 @@ def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42
     model = make_model(frame_size, envs[0].single_action_space.n, lever == "compiled")
     optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-4)
     states = [model.initial_state(e.num_envs) for e in envs]
+    pending = [False, False]  # halves: whether a half's step is in flight
 
     def update() -> None:
         log_probs, values = [], []
@@ -114,7 +116,6 @@ def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42
         for i, state in enumerate(states):
             states[i] = detached(state)
 
-    pending = [False, False]
     for _ in range(warmup_updates):
         update()
     start = time.perf_counter()
