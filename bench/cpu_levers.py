@@ -2,6 +2,7 @@
 
     python bench/cpu_levers.py                          # 42x42 frames (--preset fast-cpu), 16 envs
     python bench/cpu_levers.py --levers sequential halves --steps 8000 --repeats 3
+    python bench/cpu_levers.py --levers sequential halves --threads 1 --ale-threads 1   # one core each
 
 Each lever is timed on the same training-shaped loop: the preset's network (the recurrent default:
 universe encoder, layer-normalized LSTM, heads beside it) acts on ale-py's C++ vector env for 5
@@ -41,10 +42,10 @@ ROLLOUT = 5      # the default --rollout-size
 EARNS = 1.10     # what a speed option must buy end to end (docs/speed.md)
 
 
-def make_envs(num_envs: int, frame_size: int, seed: int):
+def make_envs(num_envs: int, frame_size: int, seed: int, threads: int = 0):
     from ale_py.vector_env import AtariVectorEnv
 
-    envs = AtariVectorEnv("pong", num_envs, stack_num=4, img_height=frame_size, img_width=frame_size,
+    envs = AtariVectorEnv("pong", num_envs, num_threads=threads, stack_num=4, img_height=frame_size, img_width=frame_size,
                           frameskip=4, autoreset_mode="SameStep")
     return envs, torch.from_numpy(envs.reset(seed=seed)[0])
 
@@ -80,12 +81,13 @@ def detached(state):
 
 
 def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42, seed: int = 0,
-                warmup_updates: int = 5) -> tuple[int, float]:
-    """Env steps and seconds of ``lever``'s loop for about ``steps`` env steps (whole updates)."""
+                warmup_updates: int = 5, ale_threads: int = 0) -> tuple[int, float]:
+    """Env steps and seconds of ``lever``'s loop for about ``steps`` env steps (whole updates);
+    ``ale_threads``: ale-py's threads for each vector env (0: one a core)."""
     updates = max(1, steps // (num_envs * ROLLOUT))
     halves = lever == "halves"
-    parts = [make_envs(num_envs // 2, frame_size, seed + i) for i in range(2)] if halves \
-        else [make_envs(num_envs, frame_size, seed)]
+    parts = [make_envs(num_envs // 2, frame_size, seed + i, ale_threads) for i in range(2)] if halves \
+        else [make_envs(num_envs, frame_size, seed, ale_threads)]
     envs, obs = [p[0] for p in parts], [p[1] for p in parts]
     model = make_model(frame_size, envs[0].single_action_space.n, lever == "compiled")
     optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-4)
@@ -151,12 +153,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--num-envs", type=int, default=16, help="envs (even; default 16)")
     parser.add_argument("--frame-size", type=int, default=42, help="frame side in pixels (default 42)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's, the cores)")
+    parser.add_argument("--ale-threads", type=int, default=0,
+                        help="ale-py threads of each vector env (default 0: one a core)")
     args = parser.parse_args(argv)
     if args.num_envs < 2 or args.num_envs % 2:
         parser.error("--num-envs must be even and at least 2: the halves split them")
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be positive")
-    trainers = {name: (train_lever, {"lever": name, "num_envs": args.num_envs, "frame_size": args.frame_size})
+    if args.threads < 0 or args.ale_threads < 0:
+        parser.error("--threads and --ale-threads must be 0 or more")
+    trainers = {name: (train_lever, {"lever": name, "num_envs": args.num_envs, "frame_size": args.frame_size,
+                                     "ale_threads": args.ale_threads})
                 for name in dict.fromkeys(args.levers)}
     results = run_alternating(trainers, args.steps, args.repeats, warmup_steps=0, threads=args.threads)
     print_table(results)

@@ -39,8 +39,13 @@ For any other env (a flat vector observation: ``--env-name LunarLander-v3``, Car
 ``--preset NAME`` (repeatable) adds ``ours --preset NAME``: what ``python main.py --env-name GAME
 --preset NAME`` trains, with its own env count and frame size (``--num-envs`` where the preset names
 none); with ``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and
-frame size), and the summary gives the preset's training throughput as a share of that rate,
-against the target of 50%, and its ratio to SB3 and to the fast configuration.
+frame size), and ``network alone (--preset NAME)``, the same trainer on envs that cost nothing
+(:class:`StillEnvs`: every step returns the frames of one real reset, reward 0, no game ends), which
+times its network, storage and update alone. The summary gives the preset's training throughput as
+a share of its envs' rate, against the target of 50%, its ratio to SB3 and to the fast
+configuration, and the network's rate beside its envs': a loop that steps the envs and then runs
+the network, one after the other, trains at most at ``1 / (1/envs + 1/network)``, and so reaches
+half the envs' rate only when the network alone is at least as fast as the envs.
 
 ``--ablation``, ``--bf16``, ``--plain-lstm``, ``--preset`` and ``--ours`` are for Atari games.
 
@@ -61,7 +66,8 @@ Only the training loop is timed:
   the envs) are built: collection, returns, gradient updates and the checkpoints the runner
   writes on its own (best loss, best reward, last), as in a real run without TensorBoard;
 * SB3: ``model.learn(total_timesteps=...)`` after ``A2C(...)`` is built and its envs are reset;
-* envs only: the stepping loop, after the envs are built and reset.
+* envs only: the stepping loop, after the envs are built and reset;
+* network alone: as ours, on :class:`StillEnvs` built from the reset real envs (closed before timing).
 
 The trainers are run in turn, ``--repeats`` rounds (ours recurrent, ours feed-forward, SB3, the
 ablations, then again), after one untimed warm-up round (``--warmup-steps``), and the median of
@@ -110,6 +116,7 @@ for _path in (ROOT, os.path.dirname(os.path.abspath(__file__))):
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from stable_baselines3.common.vec_env import VecEnv  # noqa: E402
 
 import sb3_reference  # noqa: E402
 from algorithms import make_agent  # noqa: E402
@@ -125,7 +132,8 @@ OURS_RECURRENT, OURS_FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (na
 OURS_PLAIN = "ours recurrent, plain LSTM"  # --plain-lstm: torch's LSTMCell, heads on its output only
 OURS_DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it by default
 ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
-PRESET = "ours --preset "  # --preset NAME: the trainer "ours --preset NAME", and its envs alone
+PRESET = "ours --preset "  # --preset NAME: the trainer "ours --preset NAME", its envs alone, its network alone
+NETWORK_ONLY = "network alone"  # --preset NAME --env-only: the preset's trainer on StillEnvs
 PRESET_SHARE = 0.5  # --preset: its training throughput as a share of its envs' own rate, at least
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
@@ -233,14 +241,57 @@ def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, step
     return cli_config(argv, seed, steps, log_dir, device)
 
 
-def train_config(config: Config, log_dir: str, device: str, vec_env: Optional[str] = None) -> tuple[int, float]:
+class StillEnvs(VecEnv):
+    """Envs that cost nothing, with the spaces of ``envs``: every step returns the frames of one
+    reset of ``envs``, reward 0, and no game ends. A trainer on them times its network, storage and
+    update alone (``network alone``)."""
+
+    def __init__(self, envs: VecEnv) -> None:
+        super().__init__(envs.num_envs, envs.observation_space, envs.action_space)
+        self.frames = np.array(envs.reset())
+        self.rewards = np.zeros(envs.num_envs, np.float32)
+        self.dones = np.zeros(envs.num_envs, bool)
+
+    def reset(self) -> np.ndarray:
+        return self.frames
+
+    def step_async(self, actions: np.ndarray) -> None:
+        pass
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        return self.frames, self.rewards, self.dones, [{} for _ in range(self.num_envs)]
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        if attr_name == "render_mode":  # nothing to render
+            return [None] * self.num_envs
+        raise AttributeError(attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        raise AttributeError(attr_name)
+
+    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list[Any]:
+        raise AttributeError(method_name)
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False] * self.num_envs
+
+
+def train_config(config: Config, log_dir: str, device: str, vec_env: Optional[str] = None,
+                 still: bool = False) -> tuple[int, float]:
     """Train ``config`` as ``main.py`` would (its envs stepped as ``vec_env`` says, else as the config
-    does) into ``log_dir``. Returns (env steps trained, seconds of ``train()``)."""
+    does) into ``log_dir``; ``still``: on :class:`StillEnvs` made from them instead (the real envs
+    closed after their reset). Returns (env steps trained, seconds of ``train()``)."""
     if config.speed.keep_freed_memory:
         keep_freed_memory()  # as main.py does
     seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, vec_env or config.vec_env,
                         config.max_episode_frames, frame_size=config.frame_size)
+    if still:
+        real, envs = envs, StillEnvs(envs)
+        real.close()
     try:
         size, continuous = action_size(envs.action_space)
         agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
@@ -259,11 +310,12 @@ def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "
 
 
 def train_ours_preset(steps: int, env_name: str, num_envs: int, preset: str, seed: int = 0,
-                      device: str = "cpu") -> tuple[int, float]:
-    """Train what ``--preset`` trains (``preset_config``) into a throw-away log directory. Returns
-    (env steps trained, seconds of ``train()``)."""
+                      device: str = "cpu", still: bool = False) -> tuple[int, float]:
+    """Train what ``--preset`` trains (``preset_config``) into a throw-away log directory; ``still``:
+    on :class:`StillEnvs` (its network alone). Returns (env steps trained, seconds of ``train()``)."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
-        return train_config(preset_config(env_name, preset, num_envs, seed, steps, log_dir, device), log_dir, device)
+        config = preset_config(env_name, preset, num_envs, seed, steps, log_dir, device)
+        return train_config(config, log_dir, device, still=still)
 
 
 def train_sb3(steps: int, env_name: str, num_envs: int, vec_env: str, seed: int = 0,
@@ -430,6 +482,11 @@ def preset_envs(trainer: str) -> str:
     return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET)})"
 
 
+def preset_network(trainer: str) -> str:
+    """The name of the row of a preset's network alone (``--preset NAME --env-only``)."""
+    return f"{NETWORK_ONLY} (--preset {trainer.removeprefix(PRESET)})"
+
+
 def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
     """Ratios of ours to SB3 and the Atari targets they meet (when SB3 was measured), then the speed-up
     of the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks
@@ -473,11 +530,19 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
             share = results[name].median_rate / results[envs].median_rate
             lines.append(f"{name} as a share of the rate of its envs alone ({results[envs].median_rate:,.0f} env "
                          f"steps/s): {share:.0%}; target >= {PRESET_SHARE:.0%}: {'yes' if share >= PRESET_SHARE else 'no'}")
+            network = preset_network(name)
+            if network in results:
+                env_rate, net_rate = results[envs].median_rate, results[network].median_rate
+                serial = 1 / (1 / env_rate + 1 / net_rate)
+                lines.append(f"{network}: {net_rate:,.0f} env steps/s, {net_rate / env_rate:.0%} of its envs' rate; "
+                             f"envs then network, one after the other, allow {serial:,.0f} ({serial / env_rate:.0%} "
+                             f"of its envs' rate), and it trained at {results[name].median_rate / serial:.0%} of that")
     if ENV_ONLY in results:
         envs_rate = results[ENV_ONLY].median_rate
         shares = [f"{name} {results[name].median_rate / envs_rate:.0%}" for name in results
                   if name.startswith("ours") and name not in ablations and not name.startswith(PRESET)]
-        lines.append(f"training as a share of the env-only rate ({envs_rate:,.0f} env steps/s): " + ", ".join(shares))
+        if shares:
+            lines.append(f"training as a share of the env-only rate ({envs_rate:,.0f} env steps/s): " + ", ".join(shares))
     return lines
 
 
@@ -661,7 +726,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ablations.update(ablation_setups(args.ours_vec_env) if OURS_RECURRENT in setups else {})
         ablations.update(trainer_ablation_setups(setups))
     trainers.update((name, ours(setup)) for name, setup in ablations.items())
-    if args.env_only:
+    if args.env_only and (setups or not atari):  # the envs of ours' default configurations (not with --ours none)
         trainers[ENV_ONLY] = step_randomly, {**common, "vec_env": args.ours_vec_env}
     for preset in args.preset:
         trainers[PRESET + preset] = train_ours_preset, {**common, "preset": preset}
@@ -669,6 +734,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             config = preset_config(args.env_name, preset, args.num_envs)
             trainers[preset_envs(PRESET + preset)] = step_randomly, {
                 **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
+            trainers[preset_network(PRESET + preset)] = train_ours_preset, {**common, "preset": preset, "still": True}
 
     envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
         ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")

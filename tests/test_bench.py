@@ -2,6 +2,7 @@
 training loop): their trainers, summary lines and command lines, and tiny runs end to end."""
 from __future__ import annotations
 
+import re
 import tempfile
 
 import pytest
@@ -209,6 +210,33 @@ def test_a_preset_is_judged_against_the_rate_of_its_own_envs():
     assert "target >= 50%: no" in bench.summary_lines(results, [])[-2]
 
 
+def test_the_network_alone_bounds_what_a_preset_can_reach():
+    preset = bench.PRESET + "fast-cpu"
+    network = bench.preset_network(preset)
+    assert network == "network alone (--preset fast-cpu)"
+    results = {t.name: t for t in (trials(preset, 1000), trials(bench.preset_envs(preset), 6000),
+                                   trials(network, 1500))}
+    # One after the other: 1 / (1/6000 + 1/1500) = 1200 env steps/s, 20% of the envs' rate; 1000 is 83% of it.
+    assert bench.summary_lines(results, [])[-1] == (
+        "network alone (--preset fast-cpu): 1,500 env steps/s, 25% of its envs' rate; envs then network, one "
+        "after the other, allow 1,200 (20% of its envs' rate), and it trained at 83% of that")
+
+
+def test_still_envs_return_one_reset_and_nothing_else():
+    from envs import make_vec_env
+
+    real = make_vec_env("PongNoFrameskip-v4", 2, frame_size=42)
+    try:
+        still = bench.StillEnvs(real)
+    finally:
+        real.close()
+    assert still.num_envs == 2 and still.observation_space == real.observation_space
+    first = still.reset()
+    assert first.shape == (2, *real.observation_space.shape) and first.any()  # the frames of a real reset
+    obs, rewards, dones, infos = still.step([0, 1])
+    assert (obs == first).all() and not rewards.any() and not dones.any() and infos == [{}, {}]
+
+
 def test_a_preset_trains_what_main_py_trains_with_it():
     import recipes
     from config import get_setting
@@ -226,4 +254,8 @@ def test_a_tiny_preset_run_measures_it_and_its_envs(capsys):
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("ours --preset fast-cpu ") for line in out)
     assert any(line.startswith("envs only (--preset fast-cpu) ") for line in out)
+    assert any(line.startswith("network alone (--preset fast-cpu) ") for line in out)
+    assert any(line.startswith("network alone (--preset fast-cpu): ") for line in out)
+    # --ours none: no row, nor share, of the default configurations' envs
+    assert not any(re.match(bench.ENV_ONLY + r" +\d", line) or line.startswith("training as a share") for line in out)
     assert any(line.startswith("ours --preset fast-cpu as a share of the rate of its envs alone") for line in out)

@@ -50,13 +50,14 @@ class CountingEnvs:
 def test_every_env_steps_once_a_step_of_every_update(lever, monkeypatch):
     made = []
 
-    def make_envs(num_envs, frame_size, seed):
+    def make_envs(num_envs, frame_size, seed, threads):
+        assert threads == 1  # --ale-threads reaches each vector env
         made.append(CountingEnvs(num_envs, frame_size))
         return made[-1], torch.from_numpy(made[-1].observation())
 
     monkeypatch.setattr(cpu_levers, "make_envs", make_envs)
     steps, seconds = cpu_levers.train_lever(3 * 8 * cpu_levers.ROLLOUT, lever, num_envs=8, frame_size=42,
-                                            warmup_updates=2)
+                                            warmup_updates=2, ale_threads=1)
     assert steps == 3 * 8 * cpu_levers.ROLLOUT and seconds > 0
     assert [e.num_envs for e in made] == ([4, 4] if lever == "halves" else [8])
     for envs in made:  # 2 warm-up updates and 3 timed ones, 5 steps each
@@ -76,7 +77,8 @@ def test_the_summary_judges_each_lever_by_its_ratio_to_the_runners_order():
 
 @pytest.mark.parametrize("argv, message", [(["--num-envs", "7"], "--num-envs must be even"),
                                            (["--num-envs", "0"], "--num-envs must be even"),
-                                           (["--steps", "0"], "--steps and --repeats must be positive")])
+                                           (["--steps", "0"], "--steps and --repeats must be positive"),
+                                           (["--ale-threads", "-1"], "--threads and --ale-threads must be 0 or more")])
 def test_refuses_bad_counts_with_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         cpu_levers.main(argv)
