@@ -193,6 +193,8 @@ class Config:
                                  "the rollout).")
     value_coeff: float = setting(0.5, "Weight of the value loss.")
     entropy_coeff: float = setting(0.01, "Weight of the entropy bonus.")
+    entropy_schedule: str = setting("constant", "constant, or linear decay of the entropy bonus's weight to 0 at "
+                                                "the last update (as lr_schedule).")
     max_grad_norm: float = setting(0.5, "Gradients are clipped to this global norm.")
     optimizer: str = setting("torch-rmsprop", "torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: "
                                               "RMSprop as TensorFlow computes it (the square average starts at 1, "

@@ -21,7 +21,7 @@ from perf import resident_memory_mib
 
 # Per-update stats whose logged name is train/<name>; plain names are loss terms (loss/<name>),
 # and names with a slash keep their group.
-TRAIN_STATS = ("explained_variance", "grad_norm")
+TRAIN_STATS = ("explained_variance", "grad_norm", "entropy_coeff")
 NOT_LOGGED = ("skipped", "lr")
 
 

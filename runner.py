@@ -204,6 +204,7 @@ class Runner:
                 while not self.finished() and not self.context.any(self.stop.requested):
                     # Set every update, so a resumed optimizer state never brings back a stale rate.
                     self.agent.set_lr(scheduled_lr(cfg, st.update, st.step))
+                    self.agent.entropy_coeff = scheduled_entropy_coeff(cfg, st.update, st.step)
                     self.new_episodes = 0
                     batch = self.collect()
                     self.notify("on_rollout_end", batch)
@@ -213,6 +214,8 @@ class Runner:
                     st.step += steps
                     stats = self.context.mean(stats)  # the losses and rollout statistics of every rank
                     stats["lr"] = self.agent.lr
+                    if cfg.entropy_schedule != "constant":
+                        stats["entropy_coeff"] = self.agent.entropy_coeff  # logged as train/entropy_coeff
                     self.history.append(stats)
 
                     if stats["skipped"]:
@@ -271,11 +274,25 @@ def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
     """Learning rate at ``update`` (and env ``step``): constant, or decayed linearly to 0 at the end
     of the run (``num_updates``, or ``max_env_steps`` if that comes first)."""
     if config.lr_schedule == "linear":
-        progress = update / config.num_updates
-        if config.max_env_steps is not None:
-            progress = max(progress, step / config.max_env_steps)
-        return linear_schedule(config.lr, progress)
+        return linear_schedule(config.lr, run_progress(config, update, step))
     return config.lr
+
+
+def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float:
+    """Weight of the entropy bonus at ``update`` (and env ``step``): constant, or decayed linearly to
+    0 at the end of the run, as the learning rate."""
+    if config.entropy_schedule == "linear":
+        return linear_schedule(config.entropy_coeff, run_progress(config, update, step))
+    return config.entropy_coeff
+
+
+def run_progress(config: Config, update: int, step: int = 0) -> float:
+    """How far the run is at ``update`` (and env ``step``): 0 at the start, 1 at ``num_updates`` or
+    at ``max_env_steps`` if that comes first."""
+    progress = update / config.num_updates
+    if config.max_env_steps is not None:
+        progress = max(progress, step / config.max_env_steps)
+    return progress
 
 
 def linear_schedule(base: float, progress: float) -> float:

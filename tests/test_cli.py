@@ -351,7 +351,7 @@ def test_help_lists_every_flag_with_default():
     assert {"--env-name", "--cuda", "--no-cuda", "--tensorboard", "--no-tensorboard", "--log-dir", "--seed",
             "--max-grad-norm", "--max-grad_norm", "--lr", "--num-envs", "--n-stack", "--rollout-size",
             "--num-updates", "--curiosity-coeff", "--icm-beta", "--value-coeff", "--entropy-coeff",
-            "--recurrent", "--no-recurrent", "--optimizer", "--lr-schedule", "--gamma", "--gae-lambda",
+            "--recurrent", "--no-recurrent", "--optimizer", "--lr-schedule", "--entropy-schedule", "--gamma", "--gae-lambda",
             "--vec-env", "--resume", "--eval", "--load", "--episodes"} <= names
 
 

@@ -274,6 +274,38 @@ def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
     assert [h["lr"] for h in runner.history] == pytest.approx([5e-4, 2.5e-4])
 
 
+def test_entropy_schedule_follows_the_update_count_or_the_env_steps():
+    from runner import scheduled_entropy_coeff
+
+    linear = Config(entropy_coeff=0.01, num_updates=4, entropy_schedule="linear")
+    assert [scheduled_entropy_coeff(linear, u) for u in range(5)] == pytest.approx([0.01, 0.0075, 0.005, 0.0025, 0.0])
+    # A budget of env steps that ends first sets the pace: 300 of 400 steps is three quarters of the run.
+    budget = Config(entropy_coeff=0.01, num_updates=100, max_env_steps=400, entropy_schedule="linear")
+    assert scheduled_entropy_coeff(budget, 1, step=300) == pytest.approx(0.0025)
+    constant = Config(entropy_coeff=0.01, num_updates=4)
+    assert {scheduled_entropy_coeff(constant, u) for u in range(5)} == {0.01}
+
+
+def test_runner_weighs_each_update_s_entropy_by_the_scheduled_coefficient(tmp_path):
+    """A resumed run (update 2 of 4) continues the decay; each loss holds that update's weight."""
+    from checkpoints import TrainingState
+
+    config = small_config(num_updates=4, entropy_coeff=0.02, entropy_schedule="linear")
+    runner = build_runner(config, tmp_path)
+    runner.state = TrainingState(update=2, step=20)
+    runner.train()
+    runner.envs.close()
+    assert [h["entropy_coeff"] for h in runner.history] == pytest.approx([0.01, 0.005])
+    for h, coeff in zip(runner.history, (0.01, 0.005)):
+        assert h["total"] == pytest.approx(h["policy"] + config.value_coeff * h["value"] - coeff * h["entropy"],
+                                           rel=1e-5, abs=1e-6)
+    (tmp_path / "constant").mkdir()
+    constant = build_runner(small_config(num_updates=1), tmp_path / "constant")
+    constant.train()
+    constant.envs.close()
+    assert "entropy_coeff" not in constant.history[0] and constant.agent.entropy_coeff == 0.01
+
+
 def test_periodic_evaluation_leaves_training_unchanged(tmp_path):
     """Evaluation plays on envs and a random generator of its own: the training run is the same."""
     from evaluate import PeriodicEvaluator
