@@ -89,7 +89,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py --ours recurrent --plain-lstm   # and what the layer-normalized LSTM costs
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
-    python bench/throughput.py --ours feedforward --preset fast-cpu --env-only   # the CPU preset against its envs
+    python bench/throughput.py --ours feedforward --preset fast-cpu --env-only   # the CPU preset, its envs, its network
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1   # a vector env
     python bench/throughput.py --env-only --no-sb3 --ours recurrent --ours-vec-env dummy        # another env path
