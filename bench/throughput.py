@@ -246,6 +246,8 @@ class StillEnvs(VecEnv):
     reset of ``envs``, reward 0, and no game ends. A trainer on them times its network, storage and
     update alone (``network alone``)."""
 
+    render_mode = None  # nothing to render
+
     def __init__(self, envs: VecEnv) -> None:
         super().__init__(envs.num_envs, envs.observation_space, envs.action_space)
         self.frames = np.array(envs.reset())
@@ -265,9 +267,7 @@ class StillEnvs(VecEnv):
         pass
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        if attr_name == "render_mode":  # nothing to render
-            return [None] * self.num_envs
-        raise AttributeError(attr_name)
+        return [getattr(self, attr_name)] * self.num_envs  # one set of frames for all: nothing per env
 
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
         raise AttributeError(attr_name)
