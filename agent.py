@@ -399,6 +399,7 @@ def build_networks(config: Config, obs_shape: tuple[int, ...], num_actions: int,
                         feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
                         lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
                         mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
+                        conv_filters=config.conv_filters,
                         # Vector observations without memory: actor and critic each with an MLP of its own.
                         separate_critic=len(obs_shape) == 1 and not config.recurrent,
                         channels_last=channels_last, bf16=speed.bf16,

@@ -42,11 +42,11 @@ BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
 # the algorithm (with the settings of its own that it fixes: algorithms.Algorithm.fixed).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
 RESUME_FIXED = {"preset", "env_name", "num_envs", "n_stack", "frame_size", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
-                "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
+                "conv_filters", "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
                 "curiosity.enabled", "curiosity.normalize", "algo", "randomize_domain", "physics", "obs_history",
                 "prev_action_reward"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
+ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "conv_filters", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
                 "n_stack", "frame_size", "obs_history", "prev_action_reward")
 
 

@@ -154,6 +154,8 @@ class Config:
                                     "about a fifth cheaper to train on the CPU.")
     recurrent: bool = setting(True, "Encoder followed by an LSTM cell; False drops the LSTM (feed-forward).")
     hidden_size: int = setting(256, "Size of the LSTM state.")
+    conv_filters: int = setting(32, "Filters in each of the universe encoder's 4 conv layers (Atari frames; its "
+                                    "features are 9 times as many). The curiosity module's encoder keeps 32.")
     mlp_width: int = setting(64, "Units in each of the two tanh layers of the MLP encoder (vector observations; the "
                                  "actor's and, without --recurrent, the critic's).")
     log_std_init: float = setting(0.0, "Starting log standard deviation of the Gaussian policy (continuous actions; "

@@ -74,6 +74,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--arch", field="arch", metavar="NAME")
     switch("--recurrent", "recurrent")
     flag("--hidden-size", field="hidden_size", type=positive_int, metavar="N")
+    flag("--conv-filters", field="conv_filters", type=positive_int, metavar="N")
     flag("--mlp-width", field="mlp_width", type=positive_int, metavar="N")
     flag("--log-std-init", field="log_std_init", type=_finite, metavar="X")
     switch("--sde", "sde")

@@ -139,15 +139,16 @@ def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = Tr
                 arch: str = "universe", feature_norm: bool = False, core_skip: bool = False,
                 continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
                 separate_critic: bool = False, mlp_width: int = 64, log_std_init: float = 0.0,
-                sde: bool = False, channels_last: bool = False, bf16: bool = False,
-                encoder_chunk: int = 0) -> ActorCritic:
-    """The network of a ``spec`` (the arguments up to ``sde``, saved in every checkpoint), with
-    its starting weights.
+                sde: bool = False, conv_filters: int = 32, channels_last: bool = False,
+                bf16: bool = False, encoder_chunk: int = 0) -> ActorCritic:
+    """The network of a ``spec`` (the arguments up to ``conv_filters``, saved in every checkpoint),
+    with its starting weights.
 
     ``num_actions`` is the number of discrete actions, or the dimension of a continuous action.
     ``core_skip``: the heads read the encoder's features beside the LSTM's output.
     ``lstm_norm``: the layer-normalized cell. ``separate_critic``: the critic reads the
     observation through an encoder of its own. ``sde``: gSDE's policy head (continuous actions).
+    ``conv_filters``: the universe encoder's filters a layer (a spec saved without it had 32).
     The speed settings ``channels_last`` (conv weights and activations in NHWC order: the same
     function, computed faster by oneDNN on the CPU, equal to float rounding), ``bf16`` and
     ``encoder_chunk`` (the universe encoder's passes on the CPU) are not part of the spec: a
@@ -158,10 +159,11 @@ def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = Tr
     spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "recurrent": bool(recurrent),
             "hidden_size": int(hidden_size), "arch": arch, "feature_norm": bool(feature_norm),
             "core_skip": core_skip, "continuous": bool(continuous), "lstm_norm": lstm_norm, "critic": bool(critic),
-            "separate_critic": separate_critic, "mlp_width": int(mlp_width), "sde": sde}
+            "separate_critic": separate_critic, "mlp_width": int(mlp_width), "sde": sde,
+            "conv_filters": int(conv_filters)}
     # The parts are made in this order (each draws its default weights from the random stream),
     # and init_weights then redraws them in the same order: a fixed seed gives fixed weights.
-    encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width)
+    encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width, conv_filters)
     features = encoder.out_features
     norm = nn.LayerNorm(features) if feature_norm else None
     core = LSTMCore(features, hidden_size, lstm_norm, core_skip) if recurrent else NoCore(features)
@@ -173,7 +175,7 @@ def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = Tr
         policy = GaussianPolicy(core.out_features, num_actions, log_std_init)
     value = None
     if critic:
-        critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width) \
+        critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width, conv_filters) \
             if separate_critic else None
         value = ValueHead(core.out_features, critic_encoder)
     model = ActorCritic(encoder, core, policy, value, norm, bf16=bf16, spec=spec)

@@ -159,6 +159,9 @@ def check_settings(config: Config) -> None:
             raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
         if config.frame_size != Config.frame_size:
             raise UsageError(f"--frame-size is the size of an Atari frame; {config.env_name} observes vectors")
+        if config.conv_filters != Config.conv_filters:
+            raise UsageError(f"--conv-filters shapes the conv encoder of Atari frames; {config.env_name} observes "
+                             f"vectors (--mlp-width)")
     elif not FRAME_SIZES[0] <= config.frame_size <= FRAME_SIZES[1]:
         raise UsageError(f"--frame-size must be from {FRAME_SIZES[0]} (the smallest frame the Nature CNN takes) to "
                          f"{FRAME_SIZES[1]} (the screen's height), got {config.frame_size}")
@@ -168,6 +171,9 @@ def check_settings(config: Config) -> None:
     elif config.normalize_obs or config.normalize_reward:
         raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
                          f"of {config.env_name}")
+    elif config.conv_filters != Config.conv_filters and config.arch != "universe":
+        raise UsageError(f"--conv-filters is the width of the universe encoder; --arch {config.arch} has layers "
+                         f"of its own")
     elif config.mlp_width != Config.mlp_width:
         raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
                          f"frames go through the conv encoder (--arch)")

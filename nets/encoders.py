@@ -9,20 +9,22 @@ import torch.nn as nn
 
 
 class ConvEncoder(nn.Module):
-    """4 conv layers (32 filters, 3x3, stride 2, padding 1, ELU), max-pooled to a 3x3 grid: 288 features.
+    """4 conv layers (32 filters, 3x3, stride 2, padding 1, ELU), max-pooled to a 3x3 grid: 288 features
+    (``num_filters`` a layer give ``9 * num_filters``).
 
     An 84x84 frame becomes 42, 21, 11, 6 pixels a side, pooled to 3x3; a 42x42 frame (the size of
     the curiosity paper) reaches 3x3 without pooling. Input is ``uint8`` in [0, 255]; the encoder
     scales it to [0, 1] so observations stay one byte a pixel everywhere else.
     """
 
-    num_filters = 32
     grid = 3
-    out_features = num_filters * grid * grid  # 288
 
-    def __init__(self, in_channels: int, channels_last: bool = False, cpu_chunk: int = 0) -> None:
+    def __init__(self, in_channels: int, channels_last: bool = False, cpu_chunk: int = 0,
+                 num_filters: int = 32) -> None:
         super().__init__()
         self.channels_last = channels_last
+        self.num_filters = num_filters
+        self.out_features = num_filters * self.grid * self.grid  # 288 with 32 filters
         # A speed setting (Speed.encoder_chunk): on the CPU, batches go through in passes of this
         # many frames (0: at once), so that the first feature maps (225 KB a frame) stay nearer
         # the core's cache. Each frame is computed alone either way. On a GPU a batch goes at once.
@@ -101,13 +103,13 @@ CONV_ENCODERS = ("universe", "nature")  # the names --arch takes
 
 
 def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False,
-                  cpu_chunk: int = 0, mlp_width: int = 64) -> nn.Module:
+                  cpu_chunk: int = 0, mlp_width: int = 64, conv_filters: int = 32) -> nn.Module:
     """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder, flat vectors
     ``[D]`` the :class:`MLPEncoder` of ``mlp_width`` units a layer (``arch`` names the conv encoder
     and only applies to images).
 
-    ``universe``: :class:`ConvEncoder` (the universe-starter-agent and curiosity-paper network);
-    ``nature``: :class:`NatureEncoder`.
+    ``universe``: :class:`ConvEncoder` (the universe-starter-agent and curiosity-paper network),
+    with ``conv_filters`` filters a layer; ``nature``: :class:`NatureEncoder`.
     """
     if arch not in CONV_ENCODERS:
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(CONV_ENCODERS)})")
@@ -117,5 +119,5 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
         raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported "
                          "(images [C, H, W] and flat vectors [D] are)")
     if arch == "universe":
-        return ConvEncoder(obs_shape[0], channels_last, cpu_chunk)
+        return ConvEncoder(obs_shape[0], channels_last, cpu_chunk, conv_filters)
     return NatureEncoder(obs_shape, channels_last)

@@ -102,7 +102,24 @@ def test_a_preset_sets_its_settings_under_the_typed_flags():
     assert preset_config("--preset", "fast-cpu", "--frame-size", "84").frame_size == 84
 
 
+def test_conv_filters_train_resume_and_play_at_the_checkpoints_width(tmp_path):
+    argv = [*SMALL, "--frame-size", "42", "--conv-filters", "8", "--num-updates", "2", "--log-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (name,) = os.listdir(tmp_path)
+    last = str(tmp_path / name / "a2c_last")
+    data = torch.load(last, weights_only=True)
+    assert data["config"]["conv_filters"] == 8 and data["model_spec"]["conv_filters"] == 8
+    assert data["model"]["encoder.convs.0.weight"].shape == (8, 4, 3, 3)
+    # Played and resumed with no flag naming the width; a resume cannot change it.
+    assert cli.main(["--eval", "--load", last, "--episodes", "1", "--max-episode-frames", "60", "--no-cuda"]) == 0
+    assert cli.main(["--resume", last, "--num-updates", "3", "--no-progress", "--no-cuda"]) == 0
+    assert torch.load(last, weights_only=True)["update"] == 3
+    assert cli.main(["--resume", last, "--conv-filters", "16", "--num-updates", "4", "--no-cuda"]) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--conv-filters", "16", "--arch", "nature"], "--conv-filters is the width of the universe encoder"),
+    (["--conv-filters", "16", "--env-name", "CartPole-v1"], "--conv-filters shapes the conv encoder of Atari frames"),
     (["--preset", "fast-cpu", "--env-name", "CartPole-v1"], "--preset fast-cpu is for Atari games, not CartPole-v1"),
     (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu')"),
     (["--frame-size", "20"], "--frame-size must be from 36 (the smallest frame the Nature CNN takes) to 210"),

@@ -49,6 +49,17 @@ def test_each_spec_gets_its_parts():
     assert isinstance(sde.critic.encoder, MLPEncoder)
 
 
+def test_conv_filters_shape_the_universe_encoder_and_the_spec_keeps_them():
+    narrow = build_model((4, 42, 42), 6, lstm_norm=True, core_skip=True, conv_filters=16)
+    assert narrow.spec["conv_filters"] == 16 and narrow.encoder.out_features == 16 * 9
+    # The LSTM and the heads read the 144 features (beside the LSTM's 256 with the skip).
+    assert narrow.core.cell.weight_ih.shape == (4 * 256, 144) and narrow.policy.linear.in_features == 144 + 256
+    assert build_model(**narrow.spec).state_dict().keys() == narrow.state_dict().keys()
+    # A spec saved before the setting existed rebuilds the 32-filter network it was.
+    older = {key: value for key, value in build_model((4, 42, 42), 6).spec.items() if key != "conv_filters"}
+    assert build_model(**older).encoder.out_features == 288
+
+
 def test_the_weights_of_older_checkpoints_load_under_todays_names():
     torch.manual_seed(0)
     saved = build_model(**SDE_SPEC)

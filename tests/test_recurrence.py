@@ -226,7 +226,12 @@ def test_conv_encoder_outputs_288_features(size):
     torch.manual_seed(0)
     enc = ConvEncoder(4)
     out = enc(torch.zeros(2, 4, size, size, dtype=torch.uint8))
-    assert out.shape == (2, 288) and ConvEncoder.out_features == 288
+    assert out.shape == (2, 288) and enc.out_features == 288
+    # Fewer filters a layer: each of the 3x3 grid's cells holds one feature a filter.
+    narrow = ConvEncoder(4, num_filters=16)
+    assert narrow(torch.zeros(2, 4, size, size, dtype=torch.uint8)).shape == (2, 144) and narrow.out_features == 144
+    assert [conv.weight.shape for conv in narrow.convs if isinstance(conv, torch.nn.Conv2d)] == \
+        [(16, 4, 3, 3)] + [(16, 16, 3, 3)] * 3
 
 
 def test_conv_encoder_scales_uint8_to_unit_range():
