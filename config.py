@@ -206,6 +206,9 @@ class Config:
                                               "momentum: betas 0 and 0.99, eps 1e-5).")
     lr: float = setting(7e-4, "Learning rate.")
     lr_schedule: str = setting("constant", "constant, or linear decay to 0 at the last update.")
+    lr_decay_start: float = setting(0.0, "With lr_schedule linear: the share of the run, from 0 to 1, trained at "
+                                         "the full rate before the linear decay to 0 at the last update begins "
+                                         "(0: from the first update).")
     curiosity: Curiosity = block(Curiosity, "The Intrinsic Curiosity Module's settings (see :class:`Curiosity`).")
     max_skipped_updates: int = setting(10, "Training stops after this many non-finite losses in a row (a2c_last "
                                            "keeps the last good state).")

@@ -105,6 +105,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--optimizer", field="optimizer", choices=list(OPTIMIZERS))
     flag("--lr", field="lr", type=positive_float)
     flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
+    flag("--lr-decay-start", field="lr_decay_start", type=unit, metavar="SHARE")
     switch("--icm", "curiosity.enabled")
     flag("--curiosity-coeff", field="curiosity.eta", type=non_negative)
     flag("--icm-beta", field="curiosity.beta", type=unit)

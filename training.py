@@ -150,6 +150,12 @@ def check_settings(config: Config) -> None:
     if config.arch not in CONV_ENCODERS:
         raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
     continuous = check_env(config.env_name)
+    if config.lr_decay_start and config.lr_schedule != "linear":
+        raise UsageError("--lr-decay-start is where the linear decay of --lr-schedule linear begins; the rate is "
+                         f"{config.lr_schedule}")
+    if config.lr_decay_start >= 1:
+        raise UsageError(f"--lr-decay-start is a share of the run below 1 (the decay ends at the last update), "
+                         f"got {config.lr_decay_start:g}")
     if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
         flag = "--sde" if config.sde else "--log-std-init"
         raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")

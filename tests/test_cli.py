@@ -211,6 +211,8 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     (["--lr", "nan"], "--lr: expected a positive number"),
     (["--num-updates", "-5"], "--num-updates: expected a positive integer"),
     (["--gamma", "1.5"], "--gamma: expected a number in [0, 1]"),
+    (["--lr-decay-start", "0.5"], "--lr-decay-start is where the linear decay of --lr-schedule linear begins"),
+    (["--lr-schedule", "linear", "--lr-decay-start", "1"], "--lr-decay-start is a share of the run below 1"),
     (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),
     (["--eval", "--load", "/no/such/file"], "checkpoint not found"),
     (["--eval"], "--eval needs --load"),

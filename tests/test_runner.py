@@ -259,6 +259,12 @@ def test_learning_rate_schedule_follows_the_update_count():
     assert [scheduled_lr(linear, u) for u in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
     constant = Config(lr=3e-4, num_updates=4)
     assert {scheduled_lr(constant, u) for u in range(5)} == {3e-4}
+    # Held at the full rate for the first three quarters, then down to 0 over the last quarter.
+    late = Config(lr=1.0, num_updates=8, lr_schedule="linear", lr_decay_start=0.75)
+    assert [scheduled_lr(late, u) for u in range(9)] == pytest.approx([1.0] * 7 + [0.5, 0.0])
+    # The share counts env steps where a budget of them ends the run first: 350 of 400 steps.
+    budget = Config(lr=1.0, num_updates=100, max_env_steps=400, lr_schedule="linear", lr_decay_start=0.5)
+    assert scheduled_lr(budget, 1, step=350) == pytest.approx(0.25)
 
 
 def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
