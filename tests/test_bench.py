@@ -243,7 +243,8 @@ def test_a_preset_trains_what_main_py_trains_with_it():
 
     config = bench.preset_config("PongNoFrameskip-v4", "fast-cpu", num_envs=2, steps=1000)
     for name, value in recipes.PRESETS["fast-cpu"].items():
-        assert get_setting(config, name) == value
+        if name != "num_updates":  # the bench sets the run's length
+            assert get_setting(config, name) == value
     assert config.num_envs == recipes.PRESETS["fast-cpu"].get("num_envs", 2)
     assert config.num_updates == max(1, 1000 // config.steps_per_update) and not config.tensorboard
 
