@@ -76,10 +76,10 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 # Named presets (--preset NAME, Atari games only): settings over the defaults, under the typed flags.
 # fast-cpu trains the recurrent default on a CPU without a GPU, on frames of 42x42 pixels (the
 # curiosity paper's and the universe starter agent's), for 2M env steps, the learning rate held for
-# three quarters of them and decayed to 0 over the last: 1.5x the fast configuration's env steps a
-# second, and a mean-100 of 17.0 to 17.9 on Pong at 2M (three seeds), where the same at a constant
-# rate stood at 9 to 12.5. At 42x42 the feed-forward encoders learned slower (universe) or not at all
-# (Nature CNN), and 16 filters a layer learned slower: see docs/speed.md#the-fast-cpu-preset.
+# three quarters of them and decayed to 0 over the last (the constant rate's noise held the mean
+# return of the last 100 games below what the policy plays). At 42x42 the feed-forward encoders
+# learned slower (universe) or not at all (Nature CNN), and 16 filters a layer learned slower. Its
+# speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 42, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75},
 }
