@@ -64,7 +64,8 @@ def test_a_run_resumes_across_devices(tmp_path, capsys):
     assert lines[0].startswith("device: cuda:") and lines[-1].startswith("episodes: 2  mean: ")
 
 
-@pytest.mark.parametrize("flags", [["--arch", "nature", "--no-recurrent", "--bf16"], ["--icm"], ["--tf32"]])
+@pytest.mark.parametrize("flags", [["--arch", "nature", "--no-recurrent", "--bf16"], ["--icm"], ["--tf32"],
+                                   ["--preset", "fast-cpu", "--conv-filters", "16"]])
 def test_atari_options_train_on_the_gpu(tmp_path, capsys, flags):
     assert cli.main([*ATARI, "--num-updates", "3", "--cuda", *flags, "--log-dir", str(tmp_path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
