@@ -45,7 +45,10 @@ times its network, storage and update alone. The summary gives the preset's trai
 a share of its envs' rate, against the target of 50%, its ratio to SB3 and to the fast
 configuration, and the network's rate beside its envs': a loop that steps the envs and then runs
 the network, one after the other, trains at most at ``1 / (1/envs + 1/network)``, and so reaches
-half the envs' rate only when the network alone is at least as fast as the envs.
+half the envs' rate only when the network alone is at least as fast as the envs. With ``--bf16``,
+``ours --preset NAME bf16`` (and with ``--env-only`` its ``network alone (--preset NAME) bf16``) is
+the preset with ``--bf16`` typed beside it, judged against the same envs, and the summary gives what
+the bfloat16 encoder bought it.
 
 ``--ablation``, ``--bf16``, ``--plain-lstm``, ``--preset`` and ``--ours`` are for Atari games.
 
@@ -310,11 +313,13 @@ def train_ours_vector(steps: int, env_name: str, num_envs: int, vec_env: str = "
 
 
 def train_ours_preset(steps: int, env_name: str, num_envs: int, preset: str, seed: int = 0,
-                      device: str = "cpu", still: bool = False) -> tuple[int, float]:
+                      device: str = "cpu", still: bool = False, bf16: bool = False) -> tuple[int, float]:
     """Train what ``--preset`` trains (``preset_config``) into a throw-away log directory; ``still``:
-    on :class:`StillEnvs` (its network alone). Returns (env steps trained, seconds of ``train()``)."""
+    on :class:`StillEnvs` (its network alone); ``bf16``: with ``--bf16`` typed beside the preset.
+    Returns (env steps trained, seconds of ``train()``)."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = preset_config(env_name, preset, num_envs, seed, steps, log_dir, device)
+        config = with_settings(config, {"speed.bf16": True}) if bf16 else config
         return train_config(config, log_dir, device, still=still)
 
 
@@ -478,13 +483,16 @@ def print_table(results: dict[str, Trials]) -> None:
 
 
 def preset_envs(trainer: str) -> str:
-    """The name of the env-only row of a preset's envs (``--preset NAME --env-only``)."""
-    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET)})"
+    """The name of the env-only row of a preset's envs (``--preset NAME --env-only``), the same for
+    the preset with its encoder in bfloat16 (``--bf16``)."""
+    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(BF16)})"
 
 
 def preset_network(trainer: str) -> str:
-    """The name of the row of a preset's network alone (``--preset NAME --env-only``)."""
-    return f"{NETWORK_ONLY} (--preset {trainer.removeprefix(PRESET)})"
+    """The name of the row of a preset's network alone (``--preset NAME --env-only``), with ``bf16``
+    after it for the preset's bfloat16 encoder."""
+    name = trainer.removeprefix(PRESET)
+    return f"{NETWORK_ONLY} (--preset {name.removesuffix(BF16)})" + (BF16 if name.endswith(BF16) else "")
 
 
 def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
@@ -525,6 +533,10 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
         for other in (SB3, OURS_FEEDFORWARD):
             if other in results:
                 lines.append(f"ratio ({name} / {other}): {results[name].median_rate / results[other].median_rate:.2f}x")
+        plain = name.removesuffix(BF16)
+        if plain != name and plain in results:
+            lines.append(f"what --bf16 bought the preset: {name} over {plain}: "
+                         f"{results[name].median_rate / results[plain].median_rate:.2f}x")
         envs = preset_envs(name)
         if envs in results:
             share = results[name].median_rate / results[envs].median_rate
@@ -735,6 +747,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             trainers[preset_envs(PRESET + preset)] = step_randomly, {
                 **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
             trainers[preset_network(PRESET + preset)] = train_ours_preset, {**common, "preset": preset, "still": True}
+        if args.bf16:  # the preset with --bf16 typed beside it, and its network alone
+            trainers[PRESET + preset + BF16] = train_ours_preset, {**common, "preset": preset, "bf16": True}
+            if args.env_only:
+                trainers[preset_network(PRESET + preset + BF16)] = train_ours_preset, {
+                    **common, "preset": preset, "still": True, "bf16": True}
 
     envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
         ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")

@@ -2,6 +2,7 @@
 training loop): their trainers, summary lines and command lines, and tiny runs end to end."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 
@@ -222,6 +223,22 @@ def test_the_network_alone_bounds_what_a_preset_can_reach():
         "after the other, allow 1,200 (20% of its envs' rate), and it trained at 83% of that")
 
 
+def test_the_preset_in_bfloat16_is_judged_against_the_same_envs():
+    preset = bench.PRESET + "fast-cpu"
+    bf16 = preset + bench.BF16
+    assert bench.preset_envs(bf16) == "envs only (--preset fast-cpu)"
+    assert bench.preset_network(bf16) == "network alone (--preset fast-cpu) bf16"
+    results = {t.name: t for t in (trials(preset, 1000), trials(bf16, 1250), trials(bench.preset_envs(preset), 5000),
+                                   trials(bench.preset_network(bf16), 2500))}
+    lines = bench.summary_lines(results, [])
+    assert "what --bf16 bought the preset: ours --preset fast-cpu bf16 over ours --preset fast-cpu: 1.25x" in lines
+    assert ("ours --preset fast-cpu bf16 as a share of the rate of its envs alone (5,000 env steps/s): 25%; "
+            "target >= 50%: no") in lines
+    # 1 / (1/5000 + 1/2500) = 1,667 env steps/s; 1,250 is 75% of it.
+    assert lines[-1] == ("network alone (--preset fast-cpu) bf16: 2,500 env steps/s, 50% of its envs' rate; envs then "
+                         "network, one after the other, allow 1,667 (33% of its envs' rate), and it trained at 75% of that")
+
+
 def test_still_envs_return_one_reset_and_nothing_else():
     from envs import make_vec_env
 
@@ -260,3 +277,19 @@ def test_a_tiny_preset_run_measures_it_and_its_envs(capsys):
     # --ours none: no row, nor share, of the default configurations' envs
     assert not any(re.match(bench.ENV_ONLY + r" +\d", line) or line.startswith("training as a share") for line in out)
     assert any(line.startswith("ours --preset fast-cpu as a share of the rate of its envs alone") for line in out)
+
+
+def test_a_tiny_preset_run_in_bfloat16_measures_it_beside_the_preset(capsys, monkeypatch):
+    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
+                       "--ours", "none", "--preset", "fast-cpu", "--bf16", "--env-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ours --preset fast-cpu bf16 ") for line in out)
+    assert any(line.startswith("network alone (--preset fast-cpu) bf16 ") for line in out)
+    assert any(line.startswith("what --bf16 bought the preset: ") for line in out)
+    # Each trainer runs in a process of its own: what it trains is checked here, in this one.
+    seen = []
+    monkeypatch.setattr(bench, "train_config", lambda config, *args, **kwargs: seen.append(config) or (0, 1.0))
+    for bf16 in (False, True):
+        bench.train_ours_preset(10, "PongNoFrameskip-v4", 2, "fast-cpu", bf16=bf16)
+    assert [config.speed.bf16 for config in seen] == [False, True]
+    assert seen[0] == dataclasses.replace(seen[1], speed=seen[0].speed, log_dir=seen[0].log_dir)  # nothing else
