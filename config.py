@@ -209,6 +209,9 @@ class Config:
     lr_decay_start: float = setting(0.0, "With lr_schedule linear: the share of the run, from 0 to 1, trained at "
                                          "the full rate before the linear decay to 0 at the last update begins "
                                          "(0: from the first update).")
+    lr_decay_from: float = setting(1.0, "With lr_schedule linear: the rate the decay begins at, as a share of lr "
+                                        "(1: the full rate; 0.5: the rate halves where the decay begins, then "
+                                        "falls linearly to 0 at the last update).")
     curiosity: Curiosity = block(Curiosity, "The Intrinsic Curiosity Module's settings (see :class:`Curiosity`).")
     max_skipped_updates: int = setting(10, "Training stops after this many non-finite losses in a row (a2c_last "
                                            "keeps the last good state).")

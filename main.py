@@ -106,6 +106,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--lr", field="lr", type=positive_float)
     flag("--lr-schedule", field="lr_schedule", choices=["constant", "linear"])
     flag("--lr-decay-start", field="lr_decay_start", type=unit, metavar="SHARE")
+    flag("--lr-decay-from", field="lr_decay_from", type=unit, metavar="SHARE")
     switch("--icm", "curiosity.enabled")
     flag("--curiosity-coeff", field="curiosity.eta", type=non_negative)
     flag("--icm-beta", field="curiosity.beta", type=unit)

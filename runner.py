@@ -273,11 +273,13 @@ class Runner:
 def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
     """Learning rate at ``update`` (and env ``step``): constant, or decayed linearly to 0 at the end
     of the run (``num_updates``, or ``max_env_steps`` if that comes first), the decay beginning once
-    the share ``lr_decay_start`` of the run is done."""
-    if config.lr_schedule == "linear":
-        start = config.lr_decay_start
-        return linear_schedule(config.lr, max(0.0, run_progress(config, update, step) - start) / (1.0 - start))
-    return config.lr
+    the share ``lr_decay_start`` of the run is done, from the share ``lr_decay_from`` of the rate."""
+    if config.lr_schedule != "linear":
+        return config.lr
+    start, progress = config.lr_decay_start, run_progress(config, update, step)
+    if progress < start:
+        return config.lr
+    return linear_schedule(config.lr * config.lr_decay_from, (progress - start) / (1.0 - start))
 
 
 def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float:

@@ -153,6 +153,11 @@ def check_settings(config: Config) -> None:
     if config.lr_decay_start and config.lr_schedule != "linear":
         raise UsageError("--lr-decay-start is where the linear decay of --lr-schedule linear begins; the rate is "
                          f"{config.lr_schedule}")
+    if config.lr_decay_from != 1 and config.lr_schedule != "linear":
+        raise UsageError("--lr-decay-from is the rate the decay of --lr-schedule linear begins at; the rate is "
+                         f"{config.lr_schedule}")
+    if not config.lr_decay_from:
+        raise UsageError("--lr-decay-from is a share of --lr above 0 (0 would stop learning where the decay begins)")
     if config.lr_decay_start >= 1:
         raise UsageError(f"--lr-decay-start is a share of the run below 1 (the decay ends at the last update), "
                          f"got {config.lr_decay_start:g}")

@@ -265,6 +265,12 @@ def test_learning_rate_schedule_follows_the_update_count():
     # The share counts env steps where a budget of them ends the run first: 350 of 400 steps.
     budget = Config(lr=1.0, num_updates=100, max_env_steps=400, lr_schedule="linear", lr_decay_start=0.5)
     assert scheduled_lr(budget, 1, step=350) == pytest.approx(0.25)
+    # Held for the first half, halved where the decay begins, then down to 0: 1, 1, 0.5, 0.25, 0.
+    halved = Config(lr=1.0, num_updates=4, lr_schedule="linear", lr_decay_start=0.5, lr_decay_from=0.5)
+    assert [scheduled_lr(halved, u) for u in range(5)] == pytest.approx([1.0, 1.0, 0.5, 0.25, 0.0])
+    # At its default (1) the decay begins at the full rate: the rates are those of the decay alone, exactly.
+    assert [scheduled_lr(Config(lr=7e-4, num_updates=8, lr_schedule="linear", lr_decay_start=0.75), u)
+            for u in range(9)] == [7e-4 * max(0.0, 1.0 - max(0.0, u / 8 - 0.75) / 0.25) for u in range(9)]
 
 
 def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
