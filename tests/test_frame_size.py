@@ -15,6 +15,7 @@ import torch
 
 import main as cli
 import recipes
+import training
 from config import Config
 from envs import make_eval_envs, make_vec_env
 from test_cli import SMALL, run_cli
@@ -100,6 +101,18 @@ def test_a_preset_sets_its_settings_under_the_typed_flags():
     assert changed == {"preset", *preset}
     # A typed flag wins over the preset.
     assert preset_config("--preset", "fast-cpu", "--frame-size", "84").frame_size == 84
+
+
+def test_a_typed_constant_rate_drops_the_presets_decay_shape():
+    constant = preset_config("--preset", "fast-cpu", "--lr-schedule", "constant")
+    assert constant.lr_schedule == "constant" and constant.frame_size == 42
+    assert (constant.lr_decay_start, constant.lr_decay_from) == (Config.lr_decay_start, Config.lr_decay_from)
+    training.check_settings(constant)  # trains, where the preset's decay shape would be refused beside it
+    # Typed beside a linear schedule, or typed themselves, the decay's settings stay.
+    assert preset_config("--preset", "fast-cpu", "--lr-decay-start", "0.5").lr_decay_start == 0.5
+    linear = preset_config("--preset", "fast-cpu", "--lr-schedule", "linear")
+    assert all(cli.get_setting(linear, name) == recipes.PRESETS["fast-cpu"][name] for name in recipes.LINEAR_DECAY_SHAPE
+               if name in recipes.PRESETS["fast-cpu"])
 
 
 def test_conv_filters_train_resume_and_play_at_the_checkpoints_width(tmp_path):
