@@ -109,7 +109,7 @@ def with_env_defaults(config: Config, typed: set[str]) -> Config:
         if not atari:
             raise UsageError(f"--preset {config.preset} is for Atari games, not {config.env_name}")
         preset = PRESETS[config.preset]
-        if "lr_schedule" in typed and config.lr_schedule != "linear":  # the preset's decay has no decay to shape
+        if "lr_schedule" in typed and config.lr_schedule != "linear":  # a typed constant rate: no decay to shape
             preset = {name: value for name, value in preset.items() if name not in LINEAR_DECAY_SHAPE}
         family.update(preset)
     return with_settings(config, {name: value for name, value in family.items() if name not in typed})
