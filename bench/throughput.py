@@ -741,17 +741,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.env_only and (setups or not atari):  # the envs of ours' default configurations (not with --ours none)
         trainers[ENV_ONLY] = step_randomly, {**common, "vec_env": args.ours_vec_env}
     for preset in args.preset:
-        trainers[PRESET + preset] = train_ours_preset, {**common, "preset": preset}
         if args.env_only:
             config = preset_config(args.env_name, preset, args.num_envs)
             trainers[preset_envs(PRESET + preset)] = step_randomly, {
                 **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
-            trainers[preset_network(PRESET + preset)] = train_ours_preset, {**common, "preset": preset, "still": True}
-        if args.bf16:  # the preset with --bf16 typed beside it, and its network alone
-            trainers[PRESET + preset + BF16] = train_ours_preset, {**common, "preset": preset, "bf16": True}
+        for bf16 in (False, True) if args.bf16 else (False,):  # --bf16: the preset with --bf16 typed beside it too
+            name, setup = PRESET + preset + (BF16 if bf16 else ""), {**common, "preset": preset, "bf16": bf16}
+            trainers[name] = train_ours_preset, setup
             if args.env_only:
-                trainers[preset_network(PRESET + preset + BF16)] = train_ours_preset, {
-                    **common, "preset": preset, "still": True, "bf16": True}
+                trainers[preset_network(name)] = train_ours_preset, {**setup, "still": True}
 
     envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
         ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")
