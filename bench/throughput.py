@@ -38,7 +38,8 @@ For any other env (a flat vector observation: ``--env-name LunarLander-v3``, Car
 
 ``--preset NAME`` (repeatable) adds ``ours --preset NAME``: what ``python main.py --env-name GAME
 --preset NAME`` trains, with its own env count and frame size (``--num-envs`` where the preset names
-none); with ``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and
+none); ``--preset "NAME FLAGS"`` types main.py's FLAGS beside it (``--preset "fast-cpu --hidden-size
+256"``: the preset with one of its settings changed, measured beside the preset itself); with ``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and
 frame size), and ``network alone (--preset NAME)``, the same trainer on envs that cost nothing
 (:class:`StillEnvs`: every step returns the frames of one real reset, reward 0, no game ends), which
 times its network, storage and update alone. The summary gives the preset's training throughput as
@@ -93,6 +94,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py --ours feedforward --bf16   # the fast configuration, float32 and bfloat16
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
     python bench/throughput.py --ours feedforward --preset fast-cpu --env-only   # the CPU preset, its envs, its network
+    python bench/throughput.py --ours none --no-sb3 --preset fast-cpu --preset "fast-cpu --hidden-size 256"
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1   # a vector env
     python bench/throughput.py --env-only --no-sb3 --ours recurrent --ours-vec-env dummy        # another env path
@@ -104,6 +106,7 @@ import argparse
 import contextlib
 import os
 import resource
+import shlex
 import statistics
 import sys
 import tempfile
@@ -235,11 +238,13 @@ def vector_config(env_name: str, num_envs: int, seed: int = 0, steps: int = 0, l
 def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, steps: int = 0, log_dir: str = "runs",
                   device: str = "cpu") -> Config:
     """What ``python main.py --env-name ENV --preset NAME --seed S`` trains, with ``--num-envs N`` unless
-    the preset names its own env count: see ``cli_config``."""
+    the preset names its own env count; ``preset`` may be ``"NAME FLAGS"``, main.py's FLAGS typed beside
+    the preset (``--num-envs`` among them then counts): see ``cli_config``."""
     from recipes import PRESETS
 
-    argv = ["--env-name", env_name, "--preset", preset]
-    if "num_envs" not in PRESETS[preset]:
+    name, *flags = shlex.split(preset)  # "NAME FLAGS": main.py's FLAGS typed beside the preset
+    argv = ["--env-name", env_name, "--preset", name, *flags]
+    if "num_envs" not in PRESETS[name] and not any(flag.split("=")[0] == "--num-envs" for flag in flags):
         argv += ["--num-envs", str(num_envs)]
     return cli_config(argv, seed, steps, log_dir, device)
 
@@ -623,6 +628,19 @@ positive_int = _int_at_least(1, "a positive integer")
 non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
+def preset_spec(text: str) -> str:
+    """``--preset``: a preset's name, then main.py's flags to type beside it, if any, as one string
+    (``"fast-cpu --hidden-size 256"``), its words joined by single spaces."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if not words or words[0] not in PRESETS:
+        raise argparse.ArgumentTypeError(f"{text!r}: the name of a preset first ({', '.join(PRESETS)}), then "
+                                         f"main.py's flags, if any")
+    return shlex.join(words)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the help, and the module docstring as written."""
 
@@ -651,10 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-only", action="store_true",
                    help="also step ours' envs with random actions and no network, and give each of ours as a share "
                         "of that rate")
-    p.add_argument("--preset", choices=list(PRESETS), action="append", default=[],
-                   help="also what python main.py --preset NAME trains (Atari; its own env count and frame size), "
-                        "and with --env-only its envs alone, judged by the target of training at >= 50%% of that "
-                        "rate; repeat for several")
+    p.add_argument("--preset", type=preset_spec, action="append", default=[], metavar="'NAME [FLAGS]'",
+                   help=f"also what python main.py --preset NAME [FLAGS] trains (Atari; NAME one of "
+                        f"{', '.join(PRESETS)}; its own env count and frame size), and with --env-only its envs "
+                        f"alone, judged by the target of training at >= 50%% of that rate; repeat for several")
     p.add_argument("--plain-lstm", action="store_true",
                    help="also the recurrent agent with torch's plain LSTMCell and no skip connection (what the "
                         "layer-normalized cell costs; Atari)")
@@ -741,8 +759,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.env_only and (setups or not atari):  # the envs of ours' default configurations (not with --ours none)
         trainers[ENV_ONLY] = step_randomly, {**common, "vec_env": args.ours_vec_env}
     for preset in args.preset:
-        if args.env_only:
+        try:
             config = preset_config(args.env_name, preset, args.num_envs)
+        except (UsageError, SystemExit) as exc:  # main.py's parser has said what is wrong with its flags
+            parser.error(f"--preset {preset!r}: {exc if isinstance(exc, UsageError) else 'not flags main.py takes'}")
+        if args.env_only:
             trainers[preset_envs(PRESET + preset)] = step_randomly, {
                 **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
         for bf16 in (False, True) if args.bf16 else (False,):  # --bf16: the preset with --bf16 typed beside it too

@@ -266,6 +266,25 @@ def test_a_preset_trains_what_main_py_trains_with_it():
     assert config.num_updates == max(1, 1000 // config.steps_per_update) and not config.tensorboard
 
 
+def test_a_preset_with_flags_trains_the_preset_with_them_typed_beside_it():
+    import recipes
+
+    config = bench.preset_config("PongNoFrameskip-v4", "fast-cpu --hidden-size 128", num_envs=2, steps=1000)
+    assert config.hidden_size == 128 and config.frame_size == recipes.PRESETS["fast-cpu"]["frame_size"]
+    assert config.num_envs == 2  # --num-envs where neither the preset nor its flags name one
+    assert bench.preset_config("PongNoFrameskip-v4", "fast-cpu --num-envs 4", num_envs=2).num_envs == 4
+    assert bench.build_parser().parse_args(["--preset", "fast-cpu  --hidden-size 128"]).preset == [
+        "fast-cpu --hidden-size 128"]
+
+
+@pytest.mark.parametrize("spec", ["nope", "", "fast-cpu --hidden-size x", "fast-cpu --bogus", "'fast-cpu"])
+def test_a_preset_that_is_not_a_preset_and_flags_of_main_py_is_refused(spec, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--preset", spec, "--steps", "10", "--no-sb3", "--ours", "none"])
+    assert exc.value.code == 2
+    assert "--preset" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_a_tiny_preset_run_measures_it_and_its_envs(capsys):
     assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
                        "--ours", "none", "--preset", "fast-cpu", "--env-only"]) == 0
