@@ -243,10 +243,10 @@ def preset_config(env_name: str, preset: str, num_envs: int, seed: int = 0, step
     from recipes import PRESETS
 
     name, *flags = shlex.split(preset)  # "NAME FLAGS": main.py's FLAGS typed beside the preset
-    argv = ["--env-name", env_name, "--preset", name, *flags]
-    if "num_envs" not in PRESETS[name] and not any(flag.split("=")[0] == "--num-envs" for flag in flags):
+    argv = ["--env-name", env_name, "--preset", name]
+    if "num_envs" not in PRESETS[name]:
         argv += ["--num-envs", str(num_envs)]
-    return cli_config(argv, seed, steps, log_dir, device)
+    return cli_config([*argv, *flags], seed, steps, log_dir, device)  # a flag typed twice: the last wins
 
 
 class StillEnvs(VecEnv):
