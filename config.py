@@ -197,6 +197,9 @@ class Config:
     entropy_coeff: float = setting(0.01, "Weight of the entropy bonus.")
     entropy_schedule: str = setting("constant", "constant, or linear decay of the entropy bonus's weight to 0 at "
                                                 "the last update (as lr_schedule).")
+    entropy_decay_start: float = setting(0.0, "With entropy_schedule linear: the share of the run, from 0 to 1, "
+                                              "trained at the full weight before its linear decay to 0 at the last "
+                                              "update begins (0: from the first update).")
     max_grad_norm: float = setting(0.5, "Gradients are clipped to this global norm.")
     optimizer: str = setting("torch-rmsprop", "torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: "
                                               "RMSprop as TensorFlow computes it (the square average starts at 1, "

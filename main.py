@@ -101,6 +101,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--value-coeff", field="value_coeff", type=non_negative)
     flag("--entropy-coeff", field="entropy_coeff", type=non_negative)
     flag("--entropy-schedule", field="entropy_schedule", choices=["constant", "linear"])
+    flag("--entropy-decay-start", field="entropy_decay_start", type=unit, metavar="SHARE")
     flag("--max-grad-norm", "--max-grad_norm", field="max_grad_norm", type=positive_float)
     flag("--optimizer", field="optimizer", choices=list(OPTIMIZERS))
     flag("--lr", field="lr", type=positive_float)

@@ -161,6 +161,12 @@ def check_settings(config: Config) -> None:
     if config.lr_decay_start >= 1:
         raise UsageError(f"--lr-decay-start is a share of the run below 1 (the decay ends at the last update), "
                          f"got {config.lr_decay_start:g}")
+    if config.entropy_decay_start and config.entropy_schedule != "linear":
+        raise UsageError("--entropy-decay-start is where the linear decay of --entropy-schedule linear begins; the "
+                         f"weight is {config.entropy_schedule}")
+    if config.entropy_decay_start >= 1:
+        raise UsageError(f"--entropy-decay-start is a share of the run below 1 (the decay ends at the last update), "
+                         f"got {config.entropy_decay_start:g}")
     if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
         flag = "--sde" if config.sde else "--log-std-init"
         raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")

@@ -214,6 +214,8 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
     (["--lr-decay-start", "0.5"], "--lr-decay-start is where the linear decay of --lr-schedule linear begins"),
     (["--lr-schedule", "linear", "--lr-decay-start", "1"], "--lr-decay-start is a share of the run below 1"),
     (["--lr-decay-from", "0.5"], "--lr-decay-from is the rate the decay of --lr-schedule linear begins at"),
+    (["--entropy-decay-start", "0.5"], "--entropy-decay-start is where the linear decay of --entropy-schedule linear"),
+    (["--entropy-schedule", "linear", "--entropy-decay-start", "1"], "--entropy-decay-start is a share of the run below 1"),
     (["--lr-schedule", "linear", "--lr-decay-from", "0"], "--lr-decay-from is a share of --lr above 0"),
     (["--lr-schedule", "linear", "--lr-decay-from", "1.5"], "--lr-decay-from: expected a number in [0, 1]"),
     (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),

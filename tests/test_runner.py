@@ -296,6 +296,11 @@ def test_entropy_schedule_follows_the_update_count_or_the_env_steps():
     assert scheduled_entropy_coeff(budget, 1, step=300) == pytest.approx(0.0025)
     constant = Config(entropy_coeff=0.01, num_updates=4)
     assert {scheduled_entropy_coeff(constant, u) for u in range(5)} == {0.01}
+    # Held for the first half of 8 updates, then from the full weight to 0 at the last: 0.01 at
+    # updates 0 to 4, then 0.01 * (1 - (u/8 - 0.5) / 0.5): 0.0075, 0.005, 0.0025, 0.
+    late = Config(entropy_coeff=0.01, num_updates=8, entropy_schedule="linear", entropy_decay_start=0.5)
+    assert [scheduled_entropy_coeff(late, u) for u in range(9)] == pytest.approx(
+        [0.01, 0.01, 0.01, 0.01, 0.01, 0.0075, 0.005, 0.0025, 0.0])
 
 
 def test_runner_weighs_each_update_s_entropy_by_the_scheduled_coefficient(tmp_path):
