@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config import Config, with_settings
+from config import Config, get_setting, with_settings
 from utils import UsageError
 
 
@@ -75,17 +75,20 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Named presets (--preset NAME, Atari games only): settings over the defaults, under the typed flags.
 # fast-cpu trains the recurrent default on a CPU without a GPU, on frames of 42x42 pixels (the
-# curiosity paper's and the universe starter agent's), for 2M env steps, the learning rate held for
-# three quarters of them, then halved and decayed to 0 over the last (the constant rate's noise held
-# the mean return of the last 100 games below what the policy plays). At 42x42 the feed-forward
-# encoders learned slower (universe) or not at all (Nature CNN), 16 filters a layer learned slower,
-# and a smaller entropy bonus (0.004) left two seeds of four far behind. Its speed and scores:
-# docs/speed.md#the-fast-cpu-preset.
+# curiosity paper's and the universe starter agent's), for 2M env steps, the learning rate and the
+# entropy bonus's weight held for three quarters of them, then decayed linearly to 0 over the last
+# (the constant rate's noise held the mean return of the last 100 games below what the policy plays;
+# the bonus falling with it lets the games sampled late play as the policy's best action does). At
+# 42x42 the feed-forward encoders learned slower (universe) or not at all (Nature CNN), 16 filters a
+# layer and an LSTM of 128 learned slower, and a smaller entropy bonus (0.004) left two seeds of four
+# far behind. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 42, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
-                 "lr_decay_from": 0.5},
+                 "entropy_schedule": "linear", "entropy_decay_start": 0.75},
 }
-LINEAR_DECAY_SHAPE = ("lr_decay_start", "lr_decay_from")  # settings of --lr-schedule linear alone
+# The settings that shape a linear schedule's decay, by the schedule's setting: a schedule typed as
+# constant beside a preset drops them, as they would be refused beside it.
+DECAY_SHAPES = {"lr_schedule": ("lr_decay_start", "lr_decay_from"), "entropy_schedule": ("entropy_decay_start",)}
 
 
 def defaults_for(env_name: str, vector: bool, algo: str = "a2c") -> dict[str, Any]:
@@ -109,7 +112,8 @@ def with_env_defaults(config: Config, typed: set[str]) -> Config:
         if not atari:
             raise UsageError(f"--preset {config.preset} is for Atari games, not {config.env_name}")
         preset = PRESETS[config.preset]
-        if "lr_schedule" in typed and config.lr_schedule != "linear":  # a typed constant rate: no decay to shape
-            preset = {name: value for name, value in preset.items() if name not in LINEAR_DECAY_SHAPE}
+        for schedule, shape in DECAY_SHAPES.items():
+            if schedule in typed and get_setting(config, schedule) != "linear":  # typed constant: no decay to shape
+                preset = {name: value for name, value in preset.items() if name not in shape}
         family.update(preset)
     return with_settings(config, {name: value for name, value in family.items() if name not in typed})

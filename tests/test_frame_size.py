@@ -107,12 +107,24 @@ def test_a_typed_constant_rate_drops_the_presets_decay_shape():
     constant = preset_config("--preset", "fast-cpu", "--lr-schedule", "constant")
     assert constant.lr_schedule == "constant" and constant.frame_size == 42
     assert (constant.lr_decay_start, constant.lr_decay_from) == (Config.lr_decay_start, Config.lr_decay_from)
+    assert (constant.entropy_schedule, constant.entropy_decay_start) == ("linear", 0.75)  # the bonus's decay stays
     training.check_settings(constant)  # trains, where the preset's decay shape would be refused beside it
     # Typed beside a linear schedule, or typed themselves, the decay's settings stay.
     assert preset_config("--preset", "fast-cpu", "--lr-decay-start", "0.5").lr_decay_start == 0.5
     linear = preset_config("--preset", "fast-cpu", "--lr-schedule", "linear")
-    assert all(cli.get_setting(linear, name) == recipes.PRESETS["fast-cpu"][name] for name in recipes.LINEAR_DECAY_SHAPE
-               if name in recipes.PRESETS["fast-cpu"])
+    assert (linear.lr_decay_start, linear.lr_decay_from) == (0.75, 1.0)
+
+
+def test_a_typed_constant_entropy_bonus_drops_the_presets_decay_of_it():
+    constant = preset_config("--preset", "fast-cpu", "--entropy-schedule", "constant")
+    assert (constant.entropy_schedule, constant.entropy_decay_start) == ("constant", Config.entropy_decay_start)
+    assert (constant.lr_schedule, constant.lr_decay_start) == ("linear", 0.75)  # the rate's decay stays
+    training.check_settings(constant)
+    assert preset_config("--preset", "fast-cpu", "--entropy-decay-start", "0.5").entropy_decay_start == 0.5
+    both = preset_config("--preset", "fast-cpu", "--lr-schedule", "constant", "--entropy-schedule", "constant")
+    assert all(cli.get_setting(both, name) == cli.get_setting(Config(), name)
+               for shape in recipes.DECAY_SHAPES.values() for name in shape)
+    training.check_settings(both)
 
 
 def test_conv_filters_train_resume_and_play_at_the_checkpoints_width(tmp_path):
