@@ -276,7 +276,7 @@ def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
     the share ``lr_decay_start`` of the run is done, from the share ``lr_decay_from`` of the rate."""
     if config.lr_schedule != "linear":
         return config.lr
-    return late_linear_schedule(config.lr, run_progress(config, update, step), config.lr_decay_start,
+    return linear_schedule(config.lr, run_progress(config, update, step), config.lr_decay_start,
                                 config.lr_decay_from)
 
 
@@ -285,7 +285,7 @@ def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float
     0 at the end of the run, as the learning rate, the decay beginning once the share
     ``entropy_decay_start`` of the run is done."""
     if config.entropy_schedule == "linear":
-        return late_linear_schedule(config.entropy_coeff, run_progress(config, update, step),
+        return linear_schedule(config.entropy_coeff, run_progress(config, update, step),
                                     config.entropy_decay_start)
     return config.entropy_coeff
 
@@ -299,17 +299,12 @@ def run_progress(config: Config, update: int, step: int = 0) -> float:
     return progress
 
 
-def linear_schedule(base: float, progress: float) -> float:
-    """Value of a linear decay from ``base`` (progress 0) to 0 (progress 1)."""
-    return base * max(0.0, 1.0 - progress)
-
-
-def late_linear_schedule(base: float, progress: float, start: float = 0.0, share: float = 1.0) -> float:
+def linear_schedule(base: float, progress: float, start: float = 0.0, share: float = 1.0) -> float:
     """``base`` until ``progress`` reaches ``start``; from there ``share * base``, falling linearly
-    to 0 at progress 1."""
+    to 0 at progress 1 (by default from ``base`` at progress 0)."""
     if progress < start:
         return base
-    return linear_schedule(base * share, (progress - start) / (1.0 - start))
+    return base * share * max(0.0, 1.0 - (progress - start) / (1.0 - start))
 
 
 def planned_steps(config: Config, world_size: int = 1) -> int:

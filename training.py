@@ -150,23 +150,14 @@ def check_settings(config: Config) -> None:
     if config.arch not in CONV_ENCODERS:
         raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
     continuous = check_env(config.env_name)
-    if config.lr_decay_start and config.lr_schedule != "linear":
-        raise UsageError("--lr-decay-start is where the linear decay of --lr-schedule linear begins; the rate is "
-                         f"{config.lr_schedule}")
+    check_decay_start("--lr-decay-start", config.lr_decay_start, "--lr-schedule", config.lr_schedule, "rate")
+    check_decay_start("--entropy-decay-start", config.entropy_decay_start, "--entropy-schedule",
+                      config.entropy_schedule, "weight")
     if config.lr_decay_from != 1 and config.lr_schedule != "linear":
         raise UsageError("--lr-decay-from is the rate the decay of --lr-schedule linear begins at; the rate is "
                          f"{config.lr_schedule}")
     if not config.lr_decay_from:
         raise UsageError("--lr-decay-from is a share of --lr above 0 (0 would stop learning where the decay begins)")
-    if config.lr_decay_start >= 1:
-        raise UsageError(f"--lr-decay-start is a share of the run below 1 (the decay ends at the last update), "
-                         f"got {config.lr_decay_start:g}")
-    if config.entropy_decay_start and config.entropy_schedule != "linear":
-        raise UsageError("--entropy-decay-start is where the linear decay of --entropy-schedule linear begins; the "
-                         f"weight is {config.entropy_schedule}")
-    if config.entropy_decay_start >= 1:
-        raise UsageError(f"--entropy-decay-start is a share of the run below 1 (the decay ends at the last update), "
-                         f"got {config.entropy_decay_start:g}")
     if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
         flag = "--sde" if config.sde else "--log-std-init"
         raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
@@ -195,6 +186,15 @@ def check_settings(config: Config) -> None:
         raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
                          f"frames go through the conv encoder (--arch)")
     check_physics(config)
+
+
+def check_decay_start(flag: str, start: float, schedule_flag: str, schedule: str, what: str) -> None:
+    """Refuse, in one line, where a linear decay begins (``flag``, a share of the run) that its
+    schedule (``schedule_flag``, of the ``what``) cannot use."""
+    if start and schedule != "linear":
+        raise UsageError(f"{flag} is where the linear decay of {schedule_flag} linear begins; the {what} is {schedule}")
+    if start >= 1:
+        raise UsageError(f"{flag} is a share of the run below 1 (the decay ends at the last update), got {start:g}")
 
 
 def check_physics(config: Config) -> None:

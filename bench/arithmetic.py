@@ -83,13 +83,12 @@ def preset_encoder(config: Config) -> torch.nn.Module:
 def flops_per_env_step(argv: list[str]) -> float:
     """FLOPs of one env step of training ``argv`` on still envs: the count over three updates less
     that over one (what a run costs once, its set-up, drops out), over two updates' env steps."""
+    per_update = cli_config(argv).steps_per_update
+
     def count(updates: int) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-arith-") as log_dir:
-            config = cli_config(argv, 0, 0, log_dir)
-            config = cli_config(argv, 0, updates * config.steps_per_update, log_dir)
+            config = cli_config(argv, 0, updates * per_update, log_dir)
             return counted_flops(lambda: train_config(config, log_dir, "cpu", still=True))
-    with tempfile.TemporaryDirectory() as log_dir:
-        per_update = cli_config(argv, 0, 0, log_dir).steps_per_update
     return (count(3) - count(1)) / (2 * per_update)
 
 

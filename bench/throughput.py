@@ -40,7 +40,8 @@ For any other env (a flat vector observation: ``--env-name LunarLander-v3``, Car
 --preset NAME`` trains, with its own env count and frame size (``--num-envs`` where the preset names
 none); ``--preset "NAME FLAGS"`` types main.py's FLAGS beside it (``--preset "fast-cpu --hidden-size
 256"``: the preset with one of its settings changed, measured beside the preset itself); with
-``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and frame size), and ``network alone (--preset NAME)``, the same trainer on envs that cost nothing
+``--env-only``, also ``envs only (--preset NAME)``, its envs alone (the same count and frame size),
+and ``network alone (--preset NAME)``, the same trainer on envs that cost nothing
 (:class:`StillEnvs`: every step returns the frames of one real reset, reward 0, no game ends), which
 times its network, storage and update alone. The summary gives the preset's training throughput as
 a share of its envs' rate, against the target of 50%, its ratio to SB3 and to the fast
