@@ -81,7 +81,8 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 # the bonus falling with it lets the games sampled late play as the policy's best action does). At
 # 42x42 the feed-forward encoders learned slower (universe) or not at all (Nature CNN), 16 filters a
 # layer and an LSTM of 128 learned slower, and a smaller entropy bonus (0.004) left two seeds of four
-# far behind. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
+# far behind; a rate of 1e-3 and 8 envs (0.8x the env steps a second) did not lift both seeds of the
+# screen. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 42, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
                  "entropy_schedule": "linear", "entropy_decay_start": 0.75},
