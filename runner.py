@@ -277,7 +277,7 @@ def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
     if config.lr_schedule != "linear":
         return config.lr
     return linear_schedule(config.lr, run_progress(config, update, step), config.lr_decay_start,
-                                config.lr_decay_from)
+                           config.lr_decay_from)
 
 
 def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float:
@@ -286,7 +286,7 @@ def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float
     ``entropy_decay_start`` of the run is done."""
     if config.entropy_schedule == "linear":
         return linear_schedule(config.entropy_coeff, run_progress(config, update, step),
-                                    config.entropy_decay_start)
+                               config.entropy_decay_start)
     return config.entropy_coeff
 
 
