@@ -117,7 +117,8 @@ class Config:
     num_envs: int = setting(16, "Envs stepped in parallel; one rollout holds num_envs x rollout_size transitions.")
     n_stack: int = setting(4, "Consecutive frames stacked into one observation.")
     frame_size: int = setting(84, "Atari frames are resized to frame_size x frame_size grayscale pixels (84: "
-                                  "DQN's size; 42: the curiosity paper's, about 4x cheaper for the network).")
+                                  "DQN's size; 64: the fast-cpu preset's; 42: the curiosity paper's, about 4x cheaper "
+                                  "for the convolutions).")
     vec_env: str = setting("ale", "ale: ale-py's C++ vector env (the preprocessing of SB3's Atari wrappers, stepped "
                                   "in C++ threads; faster); dummy (or sync): SB3's Atari wrappers, all envs in this "
                                   "process; subproc (or async): the same, one process per env. Other envs: "

@@ -74,17 +74,18 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 # Named presets (--preset NAME, Atari games only): settings over the defaults, under the typed flags.
-# fast-cpu trains the recurrent default on a CPU without a GPU, on frames of 42x42 pixels (the
-# curiosity paper's and the universe starter agent's), for 2M env steps, the learning rate and the
-# entropy bonus's weight held for three quarters of them, then decayed linearly to 0 over the last
-# (the constant rate's noise held the mean return of the last 100 games below what the policy plays;
-# the bonus falling with it lets the games sampled late play as the policy's best action does). At
-# 42x42 the feed-forward encoders learned slower (universe) or not at all (Nature CNN), 16 filters a
-# layer and an LSTM of 128 learned slower, and a smaller entropy bonus (0.004) left two seeds of four
-# far behind; a rate of 1e-3 and 8 envs (0.8x the env steps a second) did not lift both seeds of the
-# screen. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
+# fast-cpu trains the recurrent default on a CPU without a GPU, on frames of 64x64 pixels, for 2M
+# env steps, the learning rate and the entropy bonus's weight held for three quarters of them, then
+# decayed linearly to 0 over the last (the constant rate's noise held the mean return of the last 100
+# games below what the policy plays; the bonus falling with it lets the games sampled late play as
+# the policy's best action does). At 42x42 (the curiosity paper's and the universe starter agent's
+# size) it trained 1.2-1.3x faster, but every seed reached -15 80k-470k env steps later than at
+# 64x64, which came nearly as soon as 84x84, and four seeds of seven ended 2M below 18 (two below 10).
+# At 42x42 the feed-forward encoders learned slower (universe) or not at all (Nature CNN), and 16
+# filters a layer, an LSTM of 128, a smaller entropy bonus (0.004), a rate of 1e-3 and 8 envs did not
+# lift both seeds of the screen. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
-    "fast-cpu": {"frame_size": 42, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
+    "fast-cpu": {"frame_size": 64, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
                  "entropy_schedule": "linear", "entropy_decay_start": 0.75},
 }
 # The settings that shape a linear schedule's decay, by the schedule's setting: a schedule typed as

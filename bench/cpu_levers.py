@@ -1,10 +1,10 @@
 """Two levers for training Atari on a CPU, measured before anything is built: is either worth it?
 
-    python bench/cpu_levers.py                          # 42x42 frames (--preset fast-cpu), 16 envs
+    python bench/cpu_levers.py                          # 42x42 frames (--frame-size 42), 16 envs
     python bench/cpu_levers.py --levers sequential halves --steps 8000 --repeats 3
     python bench/cpu_levers.py --levers sequential halves --threads 1 --ale-threads 1   # one core each
 
-Each lever is timed on the same training-shaped loop: the preset's network (the recurrent default:
+Each lever is timed on the same training-shaped loop: the recurrent default's network (the
 universe encoder, layer-normalized LSTM, heads beside it) acts on ale-py's C++ vector env for 5
 steps with gradients kept, then one backward pass and one RMSprop step, as ``Runner`` trains. The
 loss is a stand-in (the log-probabilities of the actions taken and the squared values): the work
@@ -51,7 +51,7 @@ def make_envs(num_envs: int, frame_size: int, seed: int, threads: int = 0):
 
 
 def make_model(frame_size: int, num_actions: int, compiled: bool):
-    """The network ``python main.py --env-name PongNoFrameskip-v4 --frame-size N`` trains (at 42, the preset's)."""
+    """The network ``python main.py --env-name PongNoFrameskip-v4 --frame-size N`` trains."""
     from agent import build_networks
 
     torch.manual_seed(0)

@@ -11,9 +11,10 @@ from bench import arithmetic
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-# The preset's encoder on a 4x42x42 frame, in multiply-adds (output pixels x filters x inputs a filter):
-# 21x21x32 x (4x3x3) + 11x11x32 x (32x3x3) + 6x6x32 x 288 + 3x3x32 x 288.
-CONV1, CONVS = 21 * 21 * 32 * 36, 21 * 21 * 32 * 36 + 11 * 11 * 32 * 288 + 6 * 6 * 32 * 288 + 3 * 3 * 32 * 288
+# The preset's encoder on a 4x64x64 frame, in multiply-adds (output pixels x filters x inputs a filter):
+# 32x32x32 x (4x3x3) + 16x16x32 x (32x3x3) + 8x8x32 x 288 + 4x4x32 x 288; the max-pool of the last 4x4
+# maps to 3x3 compares, it does not multiply.
+CONV1, CONVS = 32 * 32 * 32 * 36, 32 * 32 * 32 * 36 + 16 * 16 * 32 * 288 + 8 * 8 * 32 * 288 + 4 * 4 * 32 * 288
 LSTM_IH, LSTM_HH = 288 * 1024, 256 * 1024      # the layer-normalized LSTM's two products (4 gates of 256)
 HEADS = (288 + 256) * (6 + 1)                  # actor (6 actions) and critic read features and h side by side
 
@@ -21,10 +22,10 @@ HEADS = (288 + 256) * (6 + 1)                  # actor (6 actions) and critic re
 def test_encoder_forward_counts_two_flops_a_multiply_add():
     config = arithmetic.cli_config(arithmetic.preset_argv(""))
     encoder, frames = arithmetic.preset_encoder(config), arithmetic.preset_frames(config)
-    assert frames.shape == (16, 4, 42, 42) and frames.dtype == torch.uint8
+    assert frames.shape == (16, 4, 64, 64) and frames.dtype == torch.uint8
     with torch.no_grad():
         flops = arithmetic.counted_flops(lambda: encoder(frames))
-    assert CONVS == 2_037_888
+    assert CONVS == 4_276_224
     assert flops == 16 * 2 * CONVS
 
 
@@ -47,10 +48,10 @@ def test_flags_beside_the_preset_change_what_is_counted():
 def test_the_command_prints_each_rate_against_matmul(capsys):
     assert arithmetic.main(["--steps", "160", "--repeats", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
-    assert "--preset fast-cpu: 16 envs, frames of 42, torch threads: 1" in out
+    assert "--preset fast-cpu: 16 envs, frames of 64, torch threads: 1" in out
     for name in ("matmul", "encoder forward", "encoder forward+backward", "network alone"):
         assert re.search(rf"^{re.escape(name)} +[\d.]+ GFLOP/s  \(\d+% of matmul\)$", out, re.M), name
-    assert re.search(r"^network alone: [\d,]+ env steps/s at 15\.51 MFLOP an env step; at matmul's rate [\d,]+ "
+    assert re.search(r"^network alone: [\d,]+ env steps/s at 28\.49 MFLOP an env step; at matmul's rate [\d,]+ "
                      r"env steps/s \([\d.]+x\)$", out, re.M)
 
 
