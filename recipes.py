@@ -78,12 +78,9 @@ PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 # env steps, the learning rate and the entropy bonus's weight held for three quarters of them, then
 # decayed linearly to 0 over the last (the constant rate's noise held the mean return of the last 100
 # games below what the policy plays; the bonus falling with it lets the games sampled late play as
-# the policy's best action does). At 42x42 (the curiosity paper's and the universe starter agent's
-# size) it trained 1.2-1.3x faster, but every seed reached -15 80k-470k env steps later than at
-# 64x64, which came nearly as soon as 84x84, and four seeds of seven ended 2M below 18 (two below 10).
-# At 42x42 the feed-forward encoders learned slower (universe) or not at all (Nature CNN), and 16
-# filters a layer, an LSTM of 128, a smaller entropy bonus (0.004), a rate of 1e-3 and 8 envs did not
-# lift both seeds of the screen. Its speed and scores: docs/speed.md#the-fast-cpu-preset.
+# the policy's best action does). 64, not 42 (the curiosity paper's size, cheaper still): at 42x42
+# most seeds began to learn late and ended 2M short of the mark. What else was screened, and the
+# preset's speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 64, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
                  "entropy_schedule": "linear", "entropy_decay_start": 0.75},
