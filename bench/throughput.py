@@ -52,6 +52,13 @@ half the envs' rate only when the network alone is at least as fast as the envs.
 the preset with ``--bf16`` typed beside it, judged against the same envs, and the summary gives what
 the bfloat16 encoder bought it.
 
+``--one-core`` (with ``--env-only`` and ``--preset``) adds each preset's envs alone and its network
+alone pinned to one core on one torch thread (``..., one core``; Linux), and the summary gives the
+most that all the cores this process may use could train at with them, however a loop shared the
+two out: ``cores / (1/envs + 1/network)``, each on one core, as though no core were ever idle and
+sharing cost nothing (a core does no more beside another than alone); and the rate on one core its
+network alone would need for that most to reach 50% of its envs' rate on all the cores.
+
 ``--ablation``, ``--bf16``, ``--plain-lstm``, ``--preset`` and ``--ours`` are for Atari games.
 
 With ``--env-only``, one more row: ``envs only``, ours' envs (the same env path, env count and env
@@ -96,6 +103,7 @@ largest of all and what subproc env workers held, if any.
     python bench/throughput.py --ours feedforward --bf16 --ablation   # and what the single cast bought
     python bench/throughput.py --ours feedforward --preset fast-cpu --env-only   # the CPU preset, its envs, its network
     python bench/throughput.py --ours none --no-sb3 --preset fast-cpu --preset "fast-cpu --hidden-size 256"
+    python bench/throughput.py --ours none --no-sb3 --preset fast-cpu --env-only --one-core   # and what the cores allow
     python bench/throughput.py --steps 20000 --repeats 5 --threads 1 --sb3-vec-env subproc
     python bench/throughput.py --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1   # a vector env
     python bench/throughput.py --env-only --no-sb3 --ours recurrent --ours-vec-env dummy        # another env path
@@ -141,6 +149,7 @@ OURS_DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it
 ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
 PRESET = "ours --preset "  # --preset NAME: the trainer "ours --preset NAME", its envs alone, its network alone
 NETWORK_ONLY = "network alone"  # --preset NAME --env-only: the preset's trainer on StillEnvs
+ONE_CORE = ", one core"  # --one-core: the suffix of a preset's envs alone and network alone pinned to one core
 PRESET_SHARE = 0.5  # --preset: its training throughput as a share of its envs' own rate, at least
 BF16 = " bf16"  # the suffix of a trainer of ours with its encoder in bfloat16 (--bf16)
 TARGETS = {OURS_RECURRENT: ("recurrent", 1.3), OURS_FEEDFORWARD: ("feed-forward", 2.0)}  # x SB3's steps/s
@@ -367,6 +376,14 @@ def step_randomly(steps: int, env_name: str, num_envs: int, vec_env: str, seed: 
     return vector_steps * num_envs, seconds
 
 
+def on_one_core(steps: int, train: Callable[..., tuple[int, float]], **kwargs: Any) -> tuple[int, float]:
+    """``train(steps, **kwargs)`` pinned to one core (the first this process may use) on one torch
+    thread: ale-py's env threads, started later, inherit the pin (``--one-core``)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    torch.set_num_threads(1)
+    return train(steps, **kwargs)
+
+
 def default_setup(vec_env: str) -> dict[str, Any]:
     """Keyword arguments of ``train_ours`` (after steps, env name and env count) for the recurrent default."""
     return dict(vec_env=vec_env, recurrent=Config.recurrent, arch=Config.arch, channels_last=Speed.channels_last,
@@ -501,10 +518,40 @@ def preset_network(trainer: str) -> str:
     return f"{NETWORK_ONLY} (--preset {name.removesuffix(BF16)})" + (BF16 if name.endswith(BF16) else "")
 
 
-def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]:
+def core_bound(envs_one: float, network_one: float, cores: int) -> float:
+    """The most env steps/s that ``cores`` cores can train at when an env step costs one core
+    ``1/envs_one`` seconds of env stepping and ``1/network_one`` of network, however that work is
+    shared out among them (overlapped, pipelined, a learner lagging the actors), no core idle, no loss."""
+    return cores / (1 / envs_one + 1 / network_one)
+
+
+def network_needed(share: float, envs_all: float, envs_one: float, cores: int) -> float:
+    """The network-alone rate on one core (env steps/s) at which ``core_bound`` reaches ``share`` of
+    the envs' rate on all ``cores`` (``envs_all``); infinite when the envs alone take that much of
+    the cores' time."""
+    left = cores / (share * envs_all) - 1 / envs_one  # the core-seconds an env step may spend in the network
+    return 1 / left if left > 0 else float("inf")
+
+
+def core_bound_line(network: str, envs_all: float, envs_one: float, network_one: float, trained: float,
+                    cores: int) -> str:
+    """What ``core_bound`` allows a preset (``--one-core``), and what its network alone would need on
+    one core for the target share ``PRESET_SHARE``."""
+    bound = core_bound(envs_one, network_one, cores)
+    needed = network_needed(PRESET_SHARE, envs_all, envs_one, cores)
+    target = (f"{PRESET_SHARE:.0%} needs its network alone on one core at {needed:,.0f} env steps/s "
+              f"({needed / network_one:.2f}x)" if needed < float("inf") else
+              f"{PRESET_SHARE:.0%} is out of reach of any network: its envs alone take that much of the cores' time")
+    return (f"{network}{ONE_CORE}: {network_one:,.0f} env steps/s, its envs on one core {envs_one:,.0f}: {cores} "
+            f"cores, however the two share them, train at most at {bound:,.0f} ({bound / envs_all:.0%} of its envs' "
+            f"rate; it trained at {trained / bound:.0%} of that); {target}")
+
+
+def summary_lines(results: dict[str, Trials], ablations: list[str], cores: int = 1) -> list[str]:
     """Ratios of ours to SB3 and the Atari targets they meet (when SB3 was measured), then the speed-up
     of the recurrent default over each of the ``ablations`` rows (what the optimizations it lacks
-    bought), then each of ours as a share of the env-only rate (when ``ENV_ONLY`` was measured)."""
+    bought), then each of ours as a share of the env-only rate (when ``ENV_ONLY`` was measured).
+    ``cores``: how many this process may use, for what a preset's rows on one core allow (``--one-core``)."""
     lines = []
     if SB3 in results and OURS_DEFAULTS in results:
         lines.append(f"ratio ({OURS_DEFAULTS} / {SB3}): "
@@ -555,6 +602,9 @@ def summary_lines(results: dict[str, Trials], ablations: list[str]) -> list[str]
                 lines.append(f"{network}: {net_rate:,.0f} env steps/s, {net_rate / env_rate:.0%} of its envs' rate; "
                              f"envs then network, one after the other, allow {serial:,.0f} ({serial / env_rate:.0%} "
                              f"of its envs' rate), and it trained at {results[name].median_rate / serial:.0%} of that")
+            if envs + ONE_CORE in results and network + ONE_CORE in results:
+                lines.append(core_bound_line(network, results[envs].median_rate, results[envs + ONE_CORE].median_rate,
+                                             results[network + ONE_CORE].median_rate, results[name].median_rate, cores))
     if ENV_ONLY in results:
         envs_rate = results[ENV_ONLY].median_rate
         shares = [f"{name} {results[name].median_rate / envs_rate:.0%}" for name in results
@@ -674,6 +724,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"also what python main.py --preset NAME [FLAGS] trains (Atari; NAME one of "
                         f"{', '.join(PRESETS)}; its own env count and frame size), and with --env-only its envs "
                         f"alone, judged by the target of training at >= 50%% of that rate; repeat for several")
+    p.add_argument("--one-core", action="store_true",
+                   help="with --env-only and --preset: also each preset's envs alone and its network alone pinned to "
+                        "one core on one torch thread, and the most that training on all the cores could reach "
+                        "with them, however it overlapped the two (Linux)")
     p.add_argument("--plain-lstm", action="store_true",
                    help="also the recurrent agent with torch's plain LSTMCell and no skip connection (what the "
                         "layer-normalized cell costs; Atari)")
@@ -727,6 +781,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_bench_args(parser, argv)
     if args.cuda and not torch.cuda.is_available():
         parser.error("--cuda: CUDA is not available on this machine")
+    if args.one_core and not (args.env_only and args.preset):
+        parser.error("--one-core: measures a preset's envs and network, so it needs --env-only and --preset")
+    if args.one_core and not hasattr(os, "sched_setaffinity"):
+        parser.error("--one-core: pinning to a core needs os.sched_setaffinity (Linux)")
     atari = is_atari(args.env_name)
     if not atari:
         typed = [f"--{name.replace('_', '-')}" for name in ATARI_ONLY if getattr(args, name)]
@@ -765,13 +823,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (UsageError, SystemExit) as exc:  # main.py's parser has said what is wrong with its flags
             parser.error(f"--preset {preset!r}: {exc if isinstance(exc, UsageError) else 'not flags main.py takes'}")
         if args.env_only:
-            trainers[preset_envs(PRESET + preset)] = step_randomly, {
-                **common, "num_envs": config.num_envs, "vec_env": config.vec_env, "frame_size": config.frame_size}
+            envs_setup = {**common, "num_envs": config.num_envs, "vec_env": config.vec_env,
+                          "frame_size": config.frame_size}
+            trainers[preset_envs(PRESET + preset)] = step_randomly, envs_setup
+            if args.one_core:
+                trainers[preset_envs(PRESET + preset) + ONE_CORE] = on_one_core, {**envs_setup, "train": step_randomly}
         for bf16 in (False, True) if args.bf16 else (False,):  # --bf16: the preset with --bf16 typed beside it too
             name, setup = PRESET + preset + (BF16 if bf16 else ""), {**common, "preset": preset, "bf16": bf16}
             trainers[name] = train_ours_preset, setup
             if args.env_only:
                 trainers[preset_network(name)] = train_ours_preset, {**setup, "still": True}
+            if args.one_core:
+                trainers[preset_network(name) + ONE_CORE] = on_one_core, {**setup, "still": True,
+                                                                          "train": train_ours_preset}
 
     envs_used = f"ours {env_path(args.ours_vec_env, atari)}" + \
         ("" if args.no_sb3 else f", sb3 {env_path(args.sb3_vec_env, atari, sb3=True)}")
@@ -781,7 +845,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = run_alternating(trainers, steps, args.repeats, warmup, args.threads)
     print_table(results)
     peak = max(max(trials.peak_rss_kib) for trials in results.values())
-    for line in summary_lines(results, list(ablations)) + memory_lines(peak):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for line in summary_lines(results, list(ablations), cores) + memory_lines(peak):
         print(line)
     return 0
 

@@ -114,6 +114,8 @@ def test_summary_gives_a_vector_env_s_ratio_and_each_of_ours_as_a_share_of_the_e
      "--ablation, --bf16: for Atari games; CartPole-v1 trains with its own defaults"),
     (["--env-name", "CartPole-v1", "--no-recurrent"], "--ours: for Atari games"),
     (["--env-name", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
+    (["--one-core", "--preset", "fast-cpu"], "--one-core: measures a preset's envs and network, so it needs --env-only"),
+    (["--one-core", "--env-only"], "--one-core: measures a preset's envs and network, so it needs --env-only"),
 ])
 def test_refuses_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -223,6 +225,44 @@ def test_the_network_alone_bounds_what_a_preset_can_reach():
         "after the other, allow 1,200 (20% of its envs' rate), and it trained at 83% of that")
 
 
+def test_one_core_each_bounds_what_any_loop_on_all_the_cores_can_reach():
+    preset = bench.PRESET + "fast-cpu"
+    envs, network = bench.preset_envs(preset), bench.preset_network(preset)
+    results = {t.name: t for t in (trials(preset, 1600), trials(envs, 6000), trials(network, 3000),
+                                   trials(envs + bench.ONE_CORE, 4000), trials(network + bench.ONE_CORE, 2000))}
+    # An env step costs one core 1/4000 s of envs and 1/2000 s of network: 2 cores do at most
+    # 2 / (1/4000 + 1/2000) = 2,667 env steps/s, 44% of 6,000; 1,600 is 60% of it. 50% of 6,000 is
+    # 3,000 env steps/s: 2/3000 - 1/4000 = 1/2400 s of network an env step, 2,400 on one core, 1.20x 2,000.
+    assert bench.summary_lines(results, [], cores=2)[-1] == (
+        "network alone (--preset fast-cpu), one core: 2,000 env steps/s, its envs on one core 4,000: 2 cores, "
+        "however the two share them, train at most at 2,667 (44% of its envs' rate; it trained at 60% of that); "
+        "50% needs its network alone on one core at 2,400 env steps/s (1.20x)")
+    # Envs at 1,200 on one core take 2 cores 1/600 s for every 3,000 env steps: no time is left for a network.
+    results[envs + bench.ONE_CORE] = trials(envs + bench.ONE_CORE, 1200)
+    assert bench.summary_lines(results, [], cores=2)[-1].endswith(
+        "50% is out of reach of any network: its envs alone take that much of the cores' time")
+    assert bench.network_needed(0.5, 6000, 1500, 2) == float("inf")  # exactly all of the cores' time
+    # With four cores the same rates leave room: 4/3000 - 1/1200 = 1/2000 s, 2,000 on one core.
+    assert bench.network_needed(0.5, 6000, 1200, 4) == pytest.approx(2000)
+
+
+def _where_it_runs(steps: int) -> tuple[int, float]:
+    import os
+
+    import torch
+
+    return len(os.sched_getaffinity(0)), torch.get_num_threads()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="pinning needs Linux")
+def test_one_core_pins_the_run_to_one_core_and_one_torch_thread():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+        assert pool.submit(bench.on_one_core, 10, _where_it_runs).result() == (1, 1)
+
+
 def test_the_preset_in_bfloat16_is_judged_against_the_same_envs():
     preset = bench.PRESET + "fast-cpu"
     bf16 = preset + bench.BF16
@@ -287,8 +327,10 @@ def test_a_preset_that_is_not_a_preset_and_flags_of_main_py_is_refused(spec, cap
 
 def test_a_tiny_preset_run_measures_it_and_its_envs(capsys):
     assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--warmup-steps", "0", "--no-sb3",
-                       "--ours", "none", "--preset", "fast-cpu", "--env-only"]) == 0
+                       "--ours", "none", "--preset", "fast-cpu", "--env-only", "--one-core"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("envs only (--preset fast-cpu), one core ") for line in out)
+    assert any(line.startswith("network alone (--preset fast-cpu), one core: ") for line in out)
     assert any(line.startswith("ours --preset fast-cpu ") for line in out)
     assert any(line.startswith("envs only (--preset fast-cpu) ") for line in out)
     assert any(line.startswith("network alone (--preset fast-cpu) ") for line in out)
