@@ -1,8 +1,9 @@
-"""Two levers for training Atari on a CPU, measured before anything is built: is either worth it?
+"""Levers for training Atari on a CPU, measured before anything is built: is any worth it?
 
     python bench/cpu_levers.py                          # 42x42 frames (--frame-size 42), 16 envs
     python bench/cpu_levers.py --levers sequential halves --steps 8000 --repeats 3
     python bench/cpu_levers.py --levers sequential halves --threads 1 --ale-threads 1   # one core each
+    python bench/cpu_levers.py --levers sequential lagged --frame-size 64 --steps 8000 --repeats 3
 
 Each lever is timed on the same training-shaped loop: the recurrent default's network (the
 universe encoder, layer-normalized LSTM, heads beside it) acts on ale-py's C++ vector env for 5
@@ -17,6 +18,13 @@ is the real one, the learning is not.
   Whether the two cores then do more work, or only wait in other places, is what this measures.
 * ``compiled``: ``sequential`` with the encoder under ``torch.compile`` (its compilation is left out
   of the timing: every trial first runs 5 untimed updates).
+* ``lagged``: the update of one rollout (its backward pass and RMSprop step) runs in a second thread
+  while the network collects the next rollout, as a learner lagging its actors does (A3C, IMPALA).
+  Two copies of the network take turns acting: the next rollout acts with the weights from before
+  the update that runs beside it, one update old, and its gradient, computed at those weights, is
+  applied to the newer ones. The two threads share the cores: each runs torch on half of
+  ``--threads`` (at least one). Whether they then keep the cores busier than the runner's order
+  does is what this measures; it says nothing of how such a learner learns.
 
 Every trial runs in a fresh process, the levers in turn, ``--repeats`` rounds (bench/throughput.py's
 ``run_alternating``); the summary gives each lever's median env steps/s as a ratio to
@@ -26,9 +34,11 @@ quiet machine.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import torch
@@ -37,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.throughput import cli_config, print_table, run_alternating  # noqa: E402
 
-LEVERS = ("sequential", "halves", "compiled")
+LEVERS = ("sequential", "halves", "compiled", "lagged")
 ROLLOUT = 5      # the default --rollout-size
 EARNS = 1.10     # what a speed option must buy end to end (docs/speed.md)
 
@@ -76,6 +86,19 @@ def learn(optimizer, log_probs: list, values: list) -> None:
     optimizer.step()
 
 
+def learn_lagged(master, optimizer, actor, log_probs: list, values: list) -> None:
+    """The stand-in loss's gradient at ``actor``'s weights (those that acted) applied to ``master``'s
+    by ``optimizer``; then ``actor`` takes ``master``'s new weights for the rollout after next."""
+    loss = -torch.cat(log_probs).mean() + torch.cat(values).pow(2).mean()
+    grads = torch.autograd.grad(loss, list(actor.parameters()), allow_unused=True)
+    for weight, grad in zip(master.parameters(), grads):
+        weight.grad = grad
+    optimizer.step()
+    with torch.no_grad():
+        for acting, weight in zip(actor.parameters(), master.parameters()):
+            acting.copy_(weight)
+
+
 def detached(state):
     return tuple(s.detach() for s in state)
 
@@ -93,19 +116,26 @@ def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42
     optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-4)
     states = [model.initial_state(e.num_envs) for e in envs]
     pending = [False, False]  # halves: whether a half's step is in flight
+    lagged = lever == "lagged"
+    if lagged:  # two threads of torch work share the cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // 2))
+    actors = [copy.deepcopy(model) for _ in range(2)] if lagged else [model]  # lagged: they take turns acting
+    learner = ThreadPoolExecutor(max_workers=1) if lagged else None
+    learning = []  # lagged: the update running beside the rollout being collected
 
     def update() -> None:
+        actor = actors[0]
         log_probs, values = [], []
         for _ in range(ROLLOUT):
             if not halves:
-                actions, lp, v, states[0] = act(model, obs[0], states[0])
+                actions, lp, v, states[0] = act(actor, obs[0], states[0])
                 obs[0] = torch.from_numpy(envs[0].step(actions.numpy())[0])
                 log_probs.append(lp)
                 values.append(v)
                 continue
             # Half 0 is sent off to step; the network acts for half 1 meanwhile, and the other way round.
             for i in (0, 1):
-                actions, lp, v, states[i] = act(model, obs[i], states[i])
+                actions, lp, v, states[i] = act(actor, obs[i], states[i])
                 envs[i].send(actions.numpy())
                 log_probs.append(lp)
                 values.append(v)
@@ -114,7 +144,13 @@ def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42
                     obs[other] = torch.from_numpy(envs[other].recv()[0])
                     pending[other] = False
                 pending[i] = True
-        learn(optimizer, log_probs, values)
+        if lagged:  # the last update is done (the other actor has its weights): this rollout's starts
+            if learning:
+                learning.pop().result()
+            learning.append(learner.submit(learn_lagged, model, optimizer, actor, log_probs, values))
+            actors.reverse()
+        else:
+            learn(optimizer, log_probs, values)
         for i, state in enumerate(states):
             states[i] = detached(state)
 
@@ -123,7 +159,11 @@ def train_lever(steps: int, lever: str, num_envs: int = 16, frame_size: int = 42
     start = time.perf_counter()
     for _ in range(updates):
         update()
+    if learning:
+        learning.pop().result()
     seconds = time.perf_counter() - start
+    if learner:
+        learner.shutdown()
     for i, e in enumerate(envs):
         if pending[i]:
             e.recv()
