@@ -79,8 +79,13 @@ def act(model, obs, state):
     return actions, logits.log_softmax(-1).gather(1, actions[:, None]).squeeze(1), values, state
 
 
+def stand_in_loss(log_probs: list, values: list) -> torch.Tensor:
+    """The work of a real loss over the rollout, not its learning: log-probabilities and squared values."""
+    return -torch.cat(log_probs).mean() + torch.cat(values).pow(2).mean()
+
+
 def learn(optimizer, log_probs: list, values: list) -> None:
-    loss = -torch.cat(log_probs).mean() + torch.cat(values).pow(2).mean()
+    loss = stand_in_loss(log_probs, values)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -89,8 +94,7 @@ def learn(optimizer, log_probs: list, values: list) -> None:
 def learn_lagged(master, optimizer, actor, log_probs: list, values: list) -> None:
     """The stand-in loss's gradient at ``actor``'s weights (those that acted) applied to ``master``'s
     by ``optimizer``; then ``actor`` takes ``master``'s new weights for the rollout after next."""
-    loss = -torch.cat(log_probs).mean() + torch.cat(values).pow(2).mean()
-    grads = torch.autograd.grad(loss, list(actor.parameters()), allow_unused=True)
+    grads = torch.autograd.grad(stand_in_loss(log_probs, values), list(actor.parameters()), allow_unused=True)
     for weight, grad in zip(master.parameters(), grads):
         weight.grad = grad
     optimizer.step()

@@ -825,9 +825,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.env_only:
             envs_setup = {**common, "num_envs": config.num_envs, "vec_env": config.vec_env,
                           "frame_size": config.frame_size}
-            trainers[preset_envs(PRESET + preset)] = step_randomly, envs_setup
+            envs_row = preset_envs(PRESET + preset)
+            trainers[envs_row] = step_randomly, envs_setup
             if args.one_core:
-                trainers[preset_envs(PRESET + preset) + ONE_CORE] = on_one_core, {**envs_setup, "train": step_randomly}
+                trainers[envs_row + ONE_CORE] = on_one_core, {**envs_setup, "train": step_randomly}
         for bf16 in (False, True) if args.bf16 else (False,):  # --bf16: the preset with --bf16 typed beside it too
             name, setup = PRESET + preset + (BF16 if bf16 else ""), {**common, "preset": preset, "bf16": bf16}
             trainers[name] = train_ours_preset, setup

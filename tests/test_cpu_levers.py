@@ -89,12 +89,12 @@ def test_the_lagged_loop_acts_with_the_weights_from_before_the_update_running_be
     real_act = cpu_levers.act
 
     def act(model, obs, state):
-        acted.append(model.heads_version if hasattr(model, "heads_version") else None)
+        acted.append(getattr(model, "weights_after_update", None))
         return real_act(model, obs, state)
 
     def learn_lagged(master, optimizer, actor, log_probs, values):
         learned.append(len(learned) + 1)  # update n done
-        actor.heads_version = len(learned)  # the actor now holds the weights after update n
+        actor.weights_after_update = len(learned)  # the actor now holds the weights after update n
 
     monkeypatch.setattr(cpu_levers, "make_envs", make_envs)
     monkeypatch.setattr(cpu_levers, "act", act)
