@@ -17,9 +17,8 @@ VECTOR_DEFAULTS: dict[str, Any] = {"recurrent": False, "num_envs": 8, "num_updat
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # The RL Zoo's A2C on CartPole-v1 (n_envs 8, ent_coef 0), 1M env steps. LunarLander-v3 starts
     # from the Zoo's LunarLander-v2 (a learning rate decayed linearly to 0, ent_coef 1e-5) with a
-    # batch 24 times its size at 3 times its rate: 192 envs, 2.5e-3, gamma 0.999, GAE 0.98, 1,042
-    # updates (1M env steps); its agents played better than those of 32 envs (gamma 0.995, 8.3e-4,
-    # n-step returns) on each of ten seeds, seven of which no screen had seen (docs/control.md).
+    # batch 24 times its size at 3 times its rate, 1M env steps: its agents played better than
+    # those of 32 envs on every seed tried (docs/control.md#defaults).
     "CartPole-v1": {"entropy_coeff": 0.0},
     "LunarLander-v3": {"num_envs": 192, "num_updates": 1_042, "gamma": 0.999, "gae_lambda": 0.98, "lr": 2.5e-3,
                        "lr_schedule": "linear", "entropy_coeff": 1e-5},
@@ -66,21 +65,18 @@ PPO_DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates
 PPO_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # The RL Zoo's PPO on LunarLander-v2: 16 envs x 1024 steps, 4 epochs of minibatches of 64 (256),
     # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Its entropy coefficient is a tenth of the
-    # Zoo's 0.01, whose agents play well only with --deterministic, and above 0, which left one seed
-    # of ten short of landing (docs/control.md).
+    # Zoo's 0.01, whose agents play well only with --deterministic, and above 0, which left a seed
+    # short of landing (docs/control.md#ppo-reusing-each-rollout).
     "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "clip.epochs": 4,
                        "clip.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98, "entropy_coeff": 1e-3},
 }
 
 
 # Named presets (--preset NAME, Atari games only): settings over the defaults, under the typed flags.
-# fast-cpu trains the recurrent default on a CPU without a GPU, on frames of 64x64 pixels, for 2M
-# env steps, the learning rate and the entropy bonus's weight held for three quarters of them, then
-# decayed linearly to 0 over the last (the constant rate's noise held the mean return of the last 100
-# games below what the policy plays; the bonus falling with it lets the games sampled late play as
-# the policy's best action does). 64, not 42 (the curiosity paper's size, cheaper still): at 42x42
-# most seeds began to learn late and ended 2M short of the mark. What else was screened, and the
-# preset's speed and scores: docs/speed.md#the-fast-cpu-preset.
+# fast-cpu trains the recurrent default on a CPU without a GPU: 64x64 frames (smaller ones began to
+# learn late on most seeds), 2M env steps, the learning rate and entropy bonus decayed to 0 over the
+# last quarter (at a constant rate their noise kept the late games below what the policy plays).
+# Its speed and scores: docs/speed.md#the-fast-cpu-preset.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast-cpu": {"frame_size": 64, "num_updates": 25_000, "lr_schedule": "linear", "lr_decay_start": 0.75,
                  "entropy_schedule": "linear", "entropy_decay_start": 0.75},
