@@ -79,10 +79,9 @@ def make_envs(env_name: str, num_envs: int, seed: int, vec_env: str = "dummy"):
 
 
 def train(env_name: str, num_envs: int, steps: int, seed: int = 0, *, vec_env: str = "dummy",
-          device: str = "cpu", on_envs: Optional[Any] = None) -> SB3Run:
+          device: str = "cpu") -> SB3Run:
     """Train SB3's A2C with the Zoo's settings for ``env_name`` for ``steps`` env steps (SB3 rounds up
-    to whole rollouts). Only ``model.learn`` is timed: building the model and the first reset are not.
-    ``on_envs(envs)`` is called before the envs close (bench/throughput.py reads worker memory there)."""
+    to whole rollouts). Only ``model.learn`` is timed: building the model and the first reset are not."""
     import numpy as np
     from stable_baselines3 import A2C
     from stable_baselines3.common.logger import Logger
@@ -101,8 +100,6 @@ def train(env_name: str, num_envs: int, steps: int, seed: int = 0, *, vec_env: s
         tic = time.perf_counter()
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
         seconds = time.perf_counter() - tic
-        if on_envs is not None:
-            on_envs(envs)
     finally:
         envs.close()
     returns = [info["r"] for info in model.ep_info_buffer]
