@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from config import Config, get_setting, with_settings
-from envs import game_of
+from envs import game_of, id_sticky_actions, is_atari
 from metrics import EpisodeStats
 from seeds import rng_state, set_rng_state
 from utils import UsageError, atomic_write
@@ -44,7 +44,7 @@ BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
 RESUME_FIXED = {"preset", "env_name", "num_envs", "n_stack", "frame_size", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
                 "conv_filters", "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
                 "curiosity.enabled", "curiosity.normalize", "algo", "randomize_domain", "physics", "obs_history",
-                "prev_action_reward"}
+                "prev_action_reward", "sticky_actions"}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
 ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "conv_filters", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
                 "n_stack", "frame_size", "obs_history", "prev_action_reward")
@@ -120,6 +120,9 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     Format 1 named ``torch.optim.RMSprop`` "rmsprop"; that name is now the TensorFlow form, so a
     format-1 run is resumed with the optimizer (and the optimizer state) it was trained with.
     """
+    config = data.get("config", {})
+    if config.get("sticky_actions") is None and is_atari(data.get("env_name", "")):
+        config["sticky_actions"] = id_sticky_actions(data["env_name"])  # older runs trained under the id's own
     if data["format"] == "recurrent-a2c/1":
         for holder, key in ((data.get("config", {}), "optimizer"), (data, "optimizer_name")):
             if holder.get(key) == "rmsprop":

@@ -126,6 +126,10 @@ class Config:
                                   "this process.")
     max_episode_frames: Optional[int] = setting(None, "Cap on an episode's emulator frames (a time-limit "
                                                       "truncation); None keeps the game's own limit.")
+    sticky_actions: Optional[float] = setting(None, "Atari: at every emulator frame, the previous action is "
+                                                    "repeated instead of the chosen one with this probability "
+                                                    "(sticky actions, Machado et al. 2018), in [0, 1); None: the "
+                                                    "id's own, 0 for NoFrameskip-v4 ids and 0.25 for ALE/...-v5.")
     randomize_domain: str = setting("", "Each episode plays physics of its own, drawn from the seed (LunarLander: "
                                         "gravity, wind, turbulence; CartPole: gravity, pole mass and length; see "
                                         "randomize.py): uniform, from the whole ranges; adr, automatic domain "

@@ -110,6 +110,21 @@ def _is_atari(env_name: str) -> bool:
     return isinstance(entry, str) and entry.startswith("ale_py")
 
 
+def id_sticky_actions(env_name: str) -> float:
+    """The probability of sticky actions that an Atari id sets itself: 0 for ``...NoFrameskip-v4``, 0.25 for ``ALE/...-v5``."""
+    return float(gym.registry[env_name].kwargs.get("repeat_action_probability", 0.0))
+
+
+def check_sticky_actions(sticky_actions: Optional[float], env_name: str) -> None:
+    """Refuse, in one line, sticky actions outside [0, 1) or for an env that is not an Atari game."""
+    if sticky_actions is None:
+        return
+    if not _is_atari(env_name):
+        raise UsageError(f"--sticky-actions is for Atari games; {env_name} has no emulator to repeat actions")
+    if not 0 <= sticky_actions < 1:
+        raise UsageError(f"--sticky-actions is a probability in [0, 1), got {sticky_actions:g}")
+
+
 def wrapper_skips_frames(env_name: str) -> dict[str, Any]:
     """Emulator settings for SB3's Atari wrapper: v5 ids skip frames in the emulator, but here the
     wrapper does the skipping (with max-pooling), so the emulator's own skipping is turned off."""
@@ -132,7 +147,8 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
                  randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
                  wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84,
-                 adr: Any = None, history: tuple[int, bool] = (1, False)) -> VecEnv:
+                 adr: Any = None, history: tuple[int, bool] = (1, False),
+                 sticky_actions: Optional[float] = None) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
     An Atari game gives frame-stacked images ``[num_envs, n_stack, frame_size, frame_size]`` uint8
@@ -145,6 +161,8 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
 
     Env i is seeded with ``seed + i``. ``max_episode_frames`` caps an episode's emulator frames
     (Atari) or steps (other envs): a time-limit truncation, reported with ``info["TimeLimit.truncated"]``.
+    ``sticky_actions`` (Atari): the probability that the emulator repeats the previous action at a
+    frame, on every path alike; None keeps the id's own (``id_sticky_actions``).
 
     Physics (non-Atari envs that ``randomize.py`` knows): ``randomize`` draws each env's physics
     from the seed, afresh at every reset (``"episode"``) or once (``"never"``); ``physics`` gives
@@ -154,6 +172,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     ``gym_vec_env.History`` shows the policy, (observations, previous action and reward).
     """
     check_env_id(env_name)
+    check_sticky_actions(sticky_actions, env_name)
     if not _is_atari(env_name):
         mode = "async" if vec_env in ("subproc", "async") else "sync"
         if adr is not None and mode == "async":
@@ -173,8 +192,11 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
-        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames, frame_size=frame_size)
+        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames, frame_size=frame_size,
+                         repeat_action_probability=sticky_actions)
     env_kwargs = wrapper_skips_frames(env_name)
+    if sticky_actions is not None:
+        env_kwargs["repeat_action_probability"] = sticky_actions
     if max_episode_frames is not None:
         env_kwargs["max_episode_steps"] = max_episode_frames
     with workers_ignore_stop_signals():  # Ctrl+C stops the run, not its subproc workers (see control.py)
@@ -206,12 +228,13 @@ PROTOCOL_SETTINGS = {
 }
 
 
-def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "classic", n_stack: int = 4,
+def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str, Protocol] = "classic", n_stack: int = 4,
                    full_action_space: bool = False, video_dir: Optional[str] = None,
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
                    max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84,
                    history: tuple[int, bool] = (1, False)) -> VecEnv:
-    """``num_envs`` evaluation copies of an Atari game under ``protocol``: observations
+    """``num_envs`` evaluation copies of an Atari game under ``protocol`` (a name of ``PROTOCOLS``, or
+    a `Protocol` of its own, e.g. one cell of ``robustness.py``): observations
     ``[num_envs, n_stack, frame_size, frame_size]`` uint8, as in training (see ``envs.make_vec_env``). Any other
     env is played as in training, in gymnasium's vector env (``gym_vec_env.GymVecEnv``), under
     the classic protocol only (the protocols' settings are the emulator's).
@@ -235,7 +258,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     1..sum(caps); with one cap for all envs, env i numbers in blocks of that cap; without caps,
     the k-th game of env i is number ``k * num_envs + i + 1``.
     """
-    if protocol not in PROTOCOL_SETTINGS:
+    if isinstance(protocol, str) and protocol not in PROTOCOL_SETTINGS:
         raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
     if full_action_space and protocol != "machado":
         raise UsageError("--full-action-space belongs to --protocol machado (the classic protocol plays the "
@@ -278,7 +301,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
         return GymVecEnv(env_name, num_envs, seed, "sync", [{"render_mode": "rgb_array"}] * num_envs,
                          max_episode_frames, wrap=record, history=history)
 
-    settings = PROTOCOL_SETTINGS[protocol]
+    settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
                                   "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}
     cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
@@ -302,10 +325,12 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: str = "cla
     return stack_frames(venv, n_stack)
 
 
-def effective_frame_cap(env_name: str, protocol: str, max_episode_frames: Optional[int] = None) -> Optional[int]:
+def effective_frame_cap(env_name: str, protocol: Union[str, Protocol],
+                        max_episode_frames: Optional[int] = None) -> Optional[int]:
     """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
     limit, whichever is smaller); None when neither limits it."""
     if not is_atari(env_name):  # steps, not frames: the cap given, or the env's own time limit
         return max_episode_frames if max_episode_frames is not None else gym.registry[env_name].max_episode_steps
-    limit = max_episode_frames if max_episode_frames is not None else PROTOCOL_SETTINGS[protocol].max_episode_frames
+    settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
+    limit = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
     return frame_cap(gym.registry[env_name].kwargs.get("max_num_frames_per_episode"), limit)

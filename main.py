@@ -19,7 +19,8 @@ from seeds import SEED_LIMIT
 
 FLAG_OF: dict[str, str] = {}  # setting name -> the flag that sets it (filled by build_parser)
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
-EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid")
+EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid",
+             "robustness")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -56,6 +57,7 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     flag("--frame-size", field="frame_size", type=positive_int, metavar="PIXELS")
     flag("--vec-env", field="vec_env", choices=["ale", "dummy", "subproc", "sync", "async"])
     flag("--max-episode-frames", field="max_episode_frames", type=positive_int, metavar="N")
+    flag("--sticky-actions", field="sticky_actions", type=_probability_below_one, metavar="P")
     flag("--randomize-domain", field="randomize_domain", nargs="?", const="uniform", choices=list(RANDOMIZE_DOMAIN))
     p.add_argument("--no-randomize-domain", dest="randomize_domain", action="store_const", const="",
                    default=argparse.SUPPRESS, help="the default physics (undoes --randomize-domain)")
@@ -171,9 +173,15 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
                    "gravity x wind power; CartPole: gravity x pole length) and write the mean returns as a "
                    "table (--json, default CHECKPOINT_physics_grid.json) and a heat map (--out, default "
                    "CHECKPOINT_physics_grid.png)")
+    mode_flag("--robustness", action="store_true", default=False,
+              help="with --eval, play --episodes games of an Atari agent in every cell of sticky actions (0, "
+                   "0.05, 0.1, 0.25, 0.5) x no-op starts (none, up to 30), print the table and write it as JSON "
+                   "(--json, default CHECKPOINT_robustness.json) and a curve of score against stickiness (--out, "
+                   "default CHECKPOINT_robustness.png)")
     mode_flag("--plot", nargs="+", metavar="RUN_DIR", default=None,
               help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
-                   "variance, gradient norm against env steps) into one image (--out)")
+                   "variance, gradient norm against env steps) into one image (--out); given the JSON files of "
+                   "--eval --robustness, their agents' robustness curves")
     mode_flag("--out", metavar="FILE.png", default="plot.png",
               help="image written by --plot (or by --eval --physics-grid)")
     return p
@@ -221,6 +229,17 @@ def _unit_interval(text: str) -> float:
     return value
 
 
+def _probability_below_one(text: str) -> float:
+    """A probability in [0, 1) (argparse type): at 1 the emulator would repeat its first action for ever."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got '{text}'")
+    return value
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.Namespace, set[str]]:
     """Settings, the mode flags, and the names of the settings typed on the command line.
 
@@ -264,8 +283,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from plots import plot_command
 
             return plot_command(args.plot, args.out)
-        if "out" in args.typed and not (args.eval and args.physics_grid):
-            raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...] and --eval --physics-grid")
+        if "out" in args.typed and not (args.eval and (args.physics_grid or args.robustness)):
+            raise UsageError("--out is for --plot RUN_DIR [RUN_DIR ...], --eval --physics-grid and --eval --robustness")
+        if args.eval and args.physics_grid and args.robustness:
+            raise UsageError("--physics-grid (control envs) and --robustness (Atari games) are two grids: pick one")
         if args.eval:
             from play import play_command
 

@@ -17,9 +17,9 @@ from torch.utils.tensorboard import SummaryWriter
 import distributed
 from algorithms import algorithm, make_agent
 from checkpoints import TrainingState, catch_up_bests, check_checkpoint_fits, restore
-from config import Config
+from config import Config, with_settings
 from devices import describe, nondeterministic_parts, pick_device
-from envs import action_size, check_env, is_atari, make_vec_env
+from envs import action_size, check_env, check_sticky_actions, id_sticky_actions, is_atari, make_vec_env
 from evaluate import PeriodicEvaluator
 from normalize import load as load_normalizer, normalized
 from model import CONV_ENCODERS
@@ -47,6 +47,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                          "not torchrun")
     # A resumed run's settings (its checkpoint's, with the flags typed now on top) are checked as a new run's are.
     check_settings(config)
+    if is_atari(config.env_name) and config.sticky_actions is None:  # the run's settings say which it trained under
+        config = with_settings(config, {"sticky_actions": id_sticky_actions(config.env_name)})
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
@@ -76,7 +78,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                         config.max_episode_frames,
                         randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
                         physics=parse_physics(config.env_name, config.physics) if config.physics else None,
-                        frame_size=config.frame_size, adr=curriculum, history=config.history)
+                        frame_size=config.frame_size, adr=curriculum, history=config.history,
+                        sticky_actions=config.sticky_actions)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
@@ -112,6 +115,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if config.reproducible:
                 print(reproducible_line(device, config, context.world_size), flush=True)
             print(f"run directory: {run_dir}", flush=True)
+            if is_atari(config.env_name):
+                print(protocol_line(config.sticky_actions), flush=True)
             world = describe_world(config, context, device, checkpoint)
             if world:
                 print(world, flush=True)
@@ -144,12 +149,21 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
 FRAME_SIZES = (36, 210)  # the frame sizes an Atari run may ask for
 
 
+def protocol_line(sticky_actions: float) -> str:
+    """The line that says which emulator an Atari run trains in."""
+    if sticky_actions == 0:
+        return "protocol: no sticky actions (a deterministic emulator, as NoFrameskip-v4 ids and --protocol classic)"
+    machado = " (as ALE/...-v5 ids and --protocol machado)" if sticky_actions == 0.25 else ""
+    return f"protocol: sticky actions {sticky_actions:g}: each frame repeats the previous action with that probability{machado}"
+
+
 def check_settings(config: Config) -> None:
     """Refuse, in one line, settings a run cannot train with: an unknown network or env, and
     settings that do not fit the env or the algorithm (``algorithms.Algorithm.check``)."""
     if config.arch not in CONV_ENCODERS:
         raise UsageError(f"unknown --arch {config.arch!r} (one of {', '.join(CONV_ENCODERS)})")
     continuous = check_env(config.env_name)
+    check_sticky_actions(config.sticky_actions, config.env_name)
     check_decay_start("--lr-decay-start", config.lr_decay_start, "--lr-schedule", config.lr_schedule, "rate")
     check_decay_start("--entropy-decay-start", config.entropy_decay_start, "--entropy-schedule",
                       config.entropy_schedule, "weight")

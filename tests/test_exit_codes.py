@@ -36,7 +36,7 @@ def test_repeated_non_finite_losses_exit_with_code_1(tmp_path, monkeypatch, caps
 
 @pytest.mark.parametrize("argv, message", [
     (["--load", "runs/x/a2c_best_reward"], "error: --load is for --eval; to continue training use --resume PATH"),
-    (["--out", "curves.png"], "error: --out is for --plot RUN_DIR [RUN_DIR ...] and --eval --physics-grid"),
+    (["--out", "curves.png"], "error: --out is for --plot RUN_DIR [RUN_DIR ...], --eval --physics-grid and --eval --robustness"),
 ])
 def test_mode_flag_without_its_mode_is_refused(argv, message, one_line_error, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a run that started anyway would leave runs/ here
