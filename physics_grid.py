@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Optional, Sequence
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -55,7 +54,7 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
         generator = torch.Generator(next(model.parameters()).device).manual_seed(seed)
         return evaluate(model, envs, episodes, deterministic, generator=generator)
 
-    grid = _play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play,
+    grid = play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play,
                        history=Config.from_dict(checkpoint.get("config", {})).history)
     cells = grid.pop("cells")
     for cell in cells:
@@ -65,26 +64,10 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
             "training_ranges": {name: [low, high] for name, (low, high) in ranges.items()}, "cells": cells}
 
 
-def random_grid(env_name: str, episodes: int, seed: int, *, num_envs: Optional[int] = None,
-                max_episode_steps: Optional[int] = None) -> dict[str, Any]:
-    """Scores of uniformly random actions in each grid cell, the floor a score is measured from: the
-    same dict as :func:`evaluate_grid` (``"policy": "random"``, no ``inside``), on the same env seeds.
-
-    Actions come from a numpy generator seeded ``seed`` afresh in every cell (so two calls agree):
-    each of a ``Discrete`` space's actions with equal probability, a ``Box`` action uniform
-    between its bounds.
-    """
-    def play(envs: Any) -> EvalResult:
-        return _play_random(envs, episodes, np.random.default_rng(seed))
-
-    grid = _play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play)
-    cells = grid.pop("cells")
-    return {**grid, "policy": "random", "cells": cells}
-
-
-def _play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int], max_episode_steps: Optional[int],
-                play: Callable[[Any], EvalResult], history: tuple[int, bool] = (1, False)) -> dict[str, Any]:
-    """``play(envs)`` in every cell of the grid, on ``num_envs`` envs seeded ``seed + i``; the grid dict."""
+def play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int], max_episode_steps: Optional[int],
+               play: Callable[[Any], EvalResult], history: tuple[int, bool] = (1, False)) -> dict[str, Any]:
+    """``play(envs)`` in every cell of the grid, on ``num_envs`` envs seeded ``seed + i``; the grid dict
+    (also how bench/grid_report.py plays random actions over it)."""
     names, axes = randomize.grid(env_name)
     n = num_envs or min(episodes, 8)
     cells = []
@@ -100,27 +83,6 @@ def _play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int]
     return {"env_name": env_name, "axes": dict(zip(names, (list(a) for a in axes))),
             "fixed": randomize.FAMILIES[env_name].grid_fixed, "episodes": episodes,
             "episodes_per_env": episode_shares(episodes, n), "seed": seed, "cells": cells}
-
-
-def _play_random(envs: Any, episodes: int, rng: np.random.Generator) -> EvalResult:
-    """``episodes`` whole episodes of uniformly random actions, each env its share (as ``evaluate`` counts them)."""
-    space = envs.action_space
-    targets = episode_shares(episodes, envs.num_envs)
-    played = [0] * envs.num_envs
-    result = EvalResult()
-    envs.reset()
-    while any(p < t for p, t in zip(played, targets)):
-        if isinstance(space, gym.spaces.Discrete):
-            actions = space.start + rng.integers(space.n, size=envs.num_envs)
-        else:
-            actions = rng.uniform(space.low, space.high, size=(envs.num_envs, *space.shape)).astype(space.dtype)
-        _, _, _, infos = envs.step(actions)
-        for i, info in enumerate(infos):
-            if "episode" in info and played[i] < targets[i]:
-                result.scores.append(float(info["episode"]["r"]))
-                result.lengths.append(int(info["episode"].get("l", 0)))
-                played[i] += 1
-    return result
 
 
 def mean_table(grid: dict[str, Any]) -> np.ndarray:
@@ -150,20 +112,6 @@ def region_means(grid: dict[str, Any]) -> dict[str, Optional[float]]:
     return {"held_out": mean(False), "inside": mean(True)}
 
 
-def worst_decile(means: Sequence[float]) -> float:
-    """The mean of the worst tenth of the cells' mean returns: the worst ``len(means) // 10``, at
-    least one (LunarLander's 30 cells: the worst 3; CartPole's 20: the worst 2)."""
-    ordered = np.sort(np.asarray(means, dtype=np.float64))
-    return float(ordered[:max(1, len(ordered) // 10)].mean())
-
-
-def fraction_of_ceiling(score: float, floor: float, ceiling: float) -> float:
-    """``(score - floor) / (ceiling - floor)``: 0 for random play's score in a cell (``floor``), 1 for
-    the score of a specialist trained there alone (``ceiling``); NaN where the ceiling is not above
-    the floor (a cell that no agent was seen to do better in than random play)."""
-    return (score - floor) / (ceiling - floor) if ceiling > floor else float("nan")
-
-
 def draw_heatmaps(grids: Sequence[dict[str, Any]], titles: Sequence[str], path: str,
                   tables: Optional[Sequence[np.ndarray]] = None,
                   held_out: Optional[Sequence[Optional[np.ndarray]]] = None) -> None:
@@ -177,23 +125,13 @@ def draw_heatmaps(grids: Sequence[dict[str, Any]], titles: Sequence[str], path: 
     tables = list(tables) if tables is not None else [mean_table(g) for g in grids]
     held_out = list(held_out) if held_out is not None else [held_out_table(g) for g in grids]
     low, high = min(float(np.nanmin(t)) for t in tables), max(float(np.nanmax(t)) for t in tables)
-    _draw(grids, tables, titles, path, cmap="viridis", low=low, high=high, label="mean return",
-          number="{:.0f}", held_out=held_out)
+    draw_maps(grids, tables, titles, path, cmap="viridis", low=low, high=high, label="mean return",
+              number="{:.0f}", held_out=held_out)
 
 
-def draw_difference(grid: dict[str, Any], differences: Sequence[np.ndarray], titles: Sequence[str],
-                    path: str) -> None:
-    """One map per table of per-cell differences in mean return (laid out as ``grid``'s
-    :func:`mean_table`), side by side on one diverging colour scale centred on 0 (red: less, blue:
-    more), each cell's difference printed with its sign."""
-    largest = max(float(np.nanmax(np.abs(d))) for d in differences) or 1.0
-    _draw([grid] * len(differences), list(differences), titles, path, cmap="RdBu", low=-largest, high=largest,
-          label="difference in mean return", number="{:+.0f}", held_out=[None] * len(differences))
-
-
-def _draw(grids: Sequence[dict[str, Any]], tables: Sequence[np.ndarray], titles: Sequence[str], path: str, *,
-          cmap: str, low: float, high: float, label: str, number: str,
-          held_out: Sequence[Optional[np.ndarray]]) -> None:
+def draw_maps(grids: Sequence[dict[str, Any]], tables: Sequence[np.ndarray], titles: Sequence[str], path: str, *,
+              cmap: str, low: float, high: float, label: str, number: str,
+              held_out: Sequence[Optional[np.ndarray]]) -> None:
     """Maps of ``tables`` side by side on one colour scale ``low`` .. ``high``, each cell's value as
     ``number`` formats it, held-out cells hatched; one PNG at ``path``."""
     import matplotlib

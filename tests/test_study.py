@@ -1,5 +1,5 @@
-"""bench/study.py: configurations, update counts, steps-to-reach, the table, the preset, one tiny study end to end,
-and --grid, its runs compared over the physics grid."""
+"""bench/study.py: configurations, update counts, steps-to-reach, the table, one tiny study end to end, and
+--grid, its runs compared over the physics grid (bench/grid_report.py)."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench import study
-from config import Config
+from bench import grid_report, study
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -166,29 +165,9 @@ def test_a_configuration_s_row_from_its_runs_scalars():
                    "steps_to_reach": {"-15": [400, 700], "18": [900, None]}, "final_mean100": [19.0, -12.0],
                    "explained_variance": pytest.approx(0.45), "steps_per_second": pytest.approx(125.0)}
     table = study.markdown_table([row, study.config_row("default", [], [1], [nothing], reach)], reach).splitlines()
-    assert table[0] == ("| config | flags | seeds | env steps | steps to -15 | steps to 18 | final mean-100 "
-                        "| explained variance (last 10%) | steps/s |")
     assert table[2] == "| roll20 | `--rollout-size 20` | 1 2 | 800 | 400 / 700 | 900 / not reached | 19.00 / -12.00 " \
                        "| 0.450 | 125 |"
     assert table[3] == "| default | none | 1 | 0 | not reached | not reached | - | - | - |"
-
-
-# ------------------------------------------------------------------------------------------------ the preset
-def test_the_screen_changes_one_setting_of_the_defaults_in_each_configuration():
-    changes = {"default": {}, "roll10": {"rollout_size": 10}, "roll20": {"rollout_size": 20},
-               "adam1e-4": {"optimizer": "adam", "lr": 1e-4}, "adam3e-4": {"optimizer": "adam", "lr": 3e-4},
-               "clip40": {"max_grad_norm": 40.0}, "nature": {"arch": "nature"}}
-    defaults = vars(study.train_settings([]))
-    configs = dict(study.parse_config(c) for c in study.PRESETS["screen"])
-    assert list(configs) == list(changes)
-    for name, flags in configs.items():
-        study.check_flags(flags)
-        settings = vars(study.train_settings(flags))
-        assert {k: v for k, v in settings.items() if v != defaults[k]} == changes[name], name
-    # The default is the screen's other value of each: rollout 5, torch's RMSprop at 7e-4, clip 0.5, universe.
-    base = Config()
-    assert (base.rollout_size, base.optimizer, base.lr, base.max_grad_norm, base.arch) == \
-        (5, "torch-rmsprop", 7e-4, 0.5, "universe")
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -242,7 +221,7 @@ def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
         if last:
             (run_dir / "a2c_last").write_bytes(b"")
     (tmp_path / "ab_seed1" / "CartPole-v1_20260101-000000_seed1").mkdir(parents=True)  # another configuration
-    assert study.grid_run_dirs(str(tmp_path), "a") == [
+    assert grid_report.grid_run_dirs(str(tmp_path), "a") == [
         (1, str(tmp_path / "a_seed1" / "CartPole-v1_20260101-000000_seed1")),
         (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2"))]
 
@@ -260,8 +239,6 @@ def test_the_grid_mode_tables_each_configuration_over_its_seeds(tmp_path, capsys
                        "--episodes", "1", "--max-episode-steps", "10", "--out", str(out)]) == 0
     assert f"python bench/study.py --grid --log-dir {tmp_path} --configs plain dr" in capsys.readouterr().out
     table = (tmp_path / "cmp.md").read_text()
-    assert ("| configuration | seeds | mean return over the cells | worst decile (2 cells) | mean over held-out cells "
-            "| default physics | cells at 200 or more | fraction of the ceiling |") in table
     rows = [line for line in table.splitlines() if line.startswith(("| plain", "| dr"))]
     assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
     results = json.loads((tmp_path / "cmp.json").read_text())
