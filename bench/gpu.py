@@ -7,36 +7,20 @@
     python bench/gpu.py all          # the four in order
 
 Every piece merges its results into ``OUT_DIR/gpu.json`` (``--out-dir``, default ``bench_gpu/``),
-keeping what the other pieces wrote, records its own command line there, and rewrites
-``OUT_DIR/gpu.md``, a table of every figure with its unit, from the JSON.
+keeping what the other pieces wrote, with its own command line, and rewrites ``OUT_DIR/gpu.md``, a
+table of every figure with its unit. ``env`` runs anywhere; without CUDA every other piece exits
+with code 2 and one line on stderr.
 
-* ``env`` runs anywhere. Without CUDA it records the GPU fields as null and says "no CUDA device:
-  only the env piece runs"; every other piece then exits with code 2 and one line on stderr.
-* ``smoke`` records pytest's passed/failed/skipped counts and exit code (5: no test is marked
-  ``cuda``); ``--minutes`` is its time limit.
-* ``throughput`` times, for PongNoFrameskip-v4 at each of ``--envs`` (default 16 64 256): this
-  project's recurrent default, the fast configuration (``arch="nature", recurrent=False``), the
-  fast configuration with its encoder in bfloat16, and SB3's A2C, all on the GPU, with
-  bench/throughput.py's trainers and its ``run_alternating`` (every run in a fresh process, the
-  trainers in turn, ``--repeats`` rounds, medians). The target: ours recurrent >= 2x SB3's env
-  steps/s at 16 envs. On one H200 with 16 cores, ``--repeats 1``: 16 envs took about a minute;
-  16 and 64 envs together fit in about three; 256 envs ran past 110 s, in SB3's run of 256 envs in
-  one process, so give ``--envs 256`` a command of its own. Every timed run includes its first
-  updates, CUDA's warm-up among them, as bench/throughput.py's do. Results are kept per env count,
-  so ``throughput --envs 16`` and then ``throughput --envs 64`` split it where it does not fit.
-  ``--sb3-vec-env subproc`` gives SB3 a process per env instead of bench/throughput.py's ``dummy``.
+* ``throughput`` times, for Pong at each of ``--envs`` (default 16 64 256), the recurrent default,
+  the fast configuration, it in bfloat16 and SB3's A2C, all on the GPU, with bench/throughput.py's
+  trainers and ``run_alternating``. Results are kept per env count, so ``--envs 16`` and then
+  ``--envs 64`` split it where one command does not fit (on one H200, 256 envs ran past 110 s in
+  SB3's run alone).
 * ``pong`` trains ``python main.py --env-name PongNoFrameskip-v4 --arch nature --no-recurrent
-  --cuda`` (plus ``--flags="..."``) under ``OUT_DIR/pong_runs`` for at most ``--minutes`` (default
-  9) of wall-clock time, then stops it with SIGTERM (the run writes ``a2c_last`` and exits 0). The
-  next ``pong`` resumes that run (``--resume RUN/a2c_last --num-updates N``) and adds its wall
-  time, until the mean raw return of the last 100 games (TensorBoard's
-  ``episode/return_mean100``) first reaches 18 and 20, or ``--max-env-steps`` (default 10M) are
-  spent. The wall-clock seconds are those of the training commands (their start-up and shutdown
-  included, the pauses between pieces not); the env steps are those TensorBoard logged (every 10
-  updates). Each command's output goes to ``OUT_DIR/pong_runs/segment-*.log``. Repeat
-  ``python bench/gpu.py pong`` until it says it is done; where no command limit applies,
-  ``pong --minutes 120`` does it in one go. Delete ``OUT_DIR/pong_runs`` and the ``pong`` entry
-  of the JSON to start again.
+  --cuda`` (plus ``--flags``) under ``OUT_DIR/pong_runs`` for at most ``--minutes`` of wall-clock
+  time, then stops it with SIGTERM; the next ``pong`` resumes it and adds its wall time, until the
+  mean-100 (``episode/return_mean100``) first reaches 18 and 20 or ``--max-env-steps`` are spent.
+  Repeat it until it says it is done; delete ``OUT_DIR/pong_runs`` and the ``pong`` entry to start again.
 """
 from __future__ import annotations
 
@@ -58,8 +42,6 @@ PIECES = ("env", "smoke", "throughput", "pong")
 PONG = "PongNoFrameskip-v4"
 PONG_TARGETS = (18.0, 20.0)
 MEAN100 = "episode/return_mean100"
-RECURRENT = "ours recurrent"  # bench/throughput.py's OURS_RECURRENT, named here so that gpu.md needs no torch
-TARGET = 2.0  # ours recurrent over SB3's env steps/s at 16 envs
 
 
 class BenchError(Exception):
@@ -108,10 +90,6 @@ def figures(results: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
                 rows.append(("throughput", f"{name}, {envs} envs, peak GPU memory", trainer["peak_gpu_mib"], "MiB"))
         for name, ratio in cell.get("ratios_over_sb3", {}).items():
             rows.append(("throughput", f"{name} / sb3, {envs} envs", ratio, "x"))
-    ratio = throughput.get("16", {}).get("ratios_over_sb3", {}).get(RECURRENT)
-    if ratio is not None:
-        rows.append(("throughput", f"target: {RECURRENT} >= {TARGET:g}x sb3 at 16 envs",
-                     "yes" if ratio >= TARGET else "no", ""))
     pong = results.get("pong", {})
     if pong:
         for goal, reach in pong.get("reached", {}).items():
@@ -268,10 +246,6 @@ def piece_throughput(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             print(f"  {name:<34} {t.median_rate:9.1f} env steps/s" +
                   (f"  ({t.median_rate / sb3:.2f}x sb3)" if name != tp.SB3 else ""))
         save(args.out_dir, "throughput", {str(num_envs): cells[str(num_envs)]}, args.argv)  # keep it if cut off
-    if "16" in cells:
-        ratio = cells["16"]["ratios_over_sb3"][RECURRENT]
-        verdict = "yes" if ratio >= TARGET else "no"
-        print(f"target: {RECURRENT} / sb3 at 16 envs: {ratio:.2f}x (>= {TARGET:g}x: {verdict})")
     return cells, 0
 
 

@@ -95,7 +95,6 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
     for row in ["| smoke | passed | 3 | tests |", "| throughput | ours recurrent, 16 envs | 3,000.00 | env steps/s |",
                 "| throughput | ours recurrent, 16 envs, peak GPU memory | 120.50 | MiB |",
                 "| throughput | ours recurrent / sb3, 16 envs | 3.00 | x |",
-                "| throughput | target: ours recurrent >= 2x sb3 at 16 envs | yes |  |",
                 "| pong | mean-100 first >= 18: env steps | 2,000,000 | env steps |",
                 "| pong | mean-100 first >= 18: wall clock | 600.00 | s |",
                 "| pong | mean-100 first >= 20: env steps | - | env steps |",
