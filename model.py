@@ -50,6 +50,9 @@ class ActorCritic(nn.Module):
         self.critic = critic
         self.bf16 = bf16
         self.spec = spec or {}  # what rebuilds this network from a checkpoint (build_model(**spec))
+        # The one observation shape it was built for: a conv encoder with adaptive pooling would
+        # take frames of any size and play them badly without a word.
+        self.obs_shape = tuple(self.spec["obs_shape"]) if "obs_shape" in self.spec else None
         self._register_load_state_dict_pre_hook(_rename_older_keys)
 
     @property
@@ -79,7 +82,11 @@ class ActorCritic(nn.Module):
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """Float32 features ``[N, F]`` of the observations ``[N, ...]``: the encoder (in bfloat16
-        with ``bf16``), then the layer norm with ``feature_norm``."""
+        with ``bf16``), then the layer norm with ``feature_norm``. Observations of another shape
+        than the network was built for raise ``ValueError``."""
+        if self.obs_shape is not None and tuple(obs.shape[1:]) != self.obs_shape:
+            raise ValueError(f"this network was built for observations of shape {self.obs_shape}, "
+                             f"got {tuple(obs.shape[1:])}")
         if not self.bf16:
             features = self.encoder(obs)
         else:
