@@ -1,7 +1,7 @@
 """Automatic domain randomization (ADR; OpenAI et al. 2019, "Solving Rubik's Cube with a Robot
 Hand", section 5): ``--randomize-domain adr``.
 
-Uniform randomization draws every episode's physics from the whole ranges of ``randomize.FAMILIES``
+Uniform randomization draws every episode's physics from the whole ranges of ``physics.FAMILIES``
 from the first update on, when the agent cannot yet land even on the default physics. ADR starts
 each float of the family (LunarLander: gravity, wind power, turbulence; CartPole: gravity, pole
 mass, half-length) at its default value (``Family.nominal``) and moves each range's two edges on
@@ -33,9 +33,8 @@ import math
 from typing import Any, Optional
 
 import gymnasium as gym
-import numpy as np
 
-import randomize
+from physics import FAMILIES, Uniform, WithPhysics, physics_stream
 from utils import UsageError
 
 Edge = tuple[str, int]  # (a physics name, 0 for its low edge or 1 for its high one)
@@ -46,7 +45,7 @@ class ADR:
 
     def __init__(self, env_id: str, low: Optional[float] = None, high: Optional[float] = None, step: float = 0.05,
                  episodes: int = 10, boundary_prob: float = 0.5, seed: int = 0) -> None:
-        family = randomize.FAMILIES[env_id]
+        family = FAMILIES[env_id]
         default_low, default_high = family.adr_thresholds
         self.low = default_low if low is None else float(low)
         self.high = default_high if high is None else float(high)
@@ -54,14 +53,14 @@ class ADR:
         self.episodes, self.boundary_prob = int(episodes), float(boundary_prob)
         self.nominal = dict(family.nominal)
         self.bounds = {name: (spec.low, spec.high) for name, spec in family.ranges.items()
-                       if isinstance(spec, randomize.Uniform)}
+                       if isinstance(spec, Uniform)}
         self.steps = {name: step * (high - low) for name, (low, high) in self.bounds.items()}
         self.ranges = {name: [float(self.nominal[name])] * 2 for name in self.bounds}
         # The edges that can move: not one that starts at its bound.
         self.edges: list[Edge] = [(name, side) for name in self.bounds for side in (0, 1)
                                   if self.nominal[name] != self.bounds[name][side]]
         self.buffers: dict[Edge, list[float]] = {edge: [] for edge in self.edges}
-        self.rng = np.random.default_rng([int(seed), randomize._SALT, 0xAD2])
+        self.rng = physics_stream(seed, 0xAD2)
 
     def sample(self) -> tuple[dict[str, Any], Optional[Edge]]:
         """One episode's physics (every name of the family), and the edge it plays at, if any."""
@@ -134,24 +133,20 @@ def from_config(config: Any) -> Optional[ADR]:
                settings.boundary_prob, seed=config.seed)
 
 
-class ADRPhysics(gym.Wrapper):
-    """Env physics drawn from a shared :class:`ADR` at every reset (applied before the env's own
-    reset, returned in ``info["physics"]``), and the episode's raw return reported to it when the
-    episode was played at an edge."""
+class ADRPhysics(WithPhysics):
+    """Env physics drawn from a shared :class:`ADR` at every reset, and the episode's raw return
+    reported to it when the episode was played at an edge."""
 
     def __init__(self, env: gym.Env, env_id: str, adr: ADR) -> None:
-        super().__init__(env)
-        self.family, self.adr = randomize.FAMILIES[env_id], adr
-        self.physics: dict[str, Any] = {}
+        super().__init__(env, env_id)
+        self.adr = adr
         self.edge: Optional[Edge] = None
         self.episode_return = 0.0
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict[str, Any]] = None):
-        self.physics, self.edge = self.adr.sample()
+    def next_physics(self, seed: Optional[int]) -> dict[str, Any]:
+        physics, self.edge = self.adr.sample()
         self.episode_return = 0.0
-        self.family.apply(self.env.unwrapped, dict(self.physics))
-        obs, info = self.env.reset(seed=seed, options=options)
-        return obs, {**info, "physics": dict(self.physics)}
+        return physics
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)

@@ -279,6 +279,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if (args.plot or args.eval) and "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
             raise UsageError(f"--{'plot' if args.plot else 'eval'} runs in one process: start it with python, "
                              f"not torchrun")
+        if args.plot and any(path.endswith(".json") for path in args.plot):
+            from robustness import plot_robustness
+
+            return plot_robustness(args.plot, args.out)
         if args.plot:
             from plots import plot_command
 

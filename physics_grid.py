@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 import normalize
+import physics
 import randomize
 from envs import make_vec_env
 from config import Config
@@ -81,7 +82,7 @@ def play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int],
             envs.close()
         cells.append({**where, "mean": result.mean, "std": result.std, "scores": result.scores})
     return {"env_name": env_name, "axes": dict(zip(names, (list(a) for a in axes))),
-            "fixed": randomize.FAMILIES[env_name].grid_fixed, "episodes": episodes,
+            "fixed": physics.FAMILIES[env_name].grid_fixed, "episodes": episodes,
             "episodes_per_env": episode_shares(episodes, n), "seed": seed, "cells": cells}
 
 

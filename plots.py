@@ -262,10 +262,8 @@ def save_png(fig: Figure, path: str) -> None:
 
 
 def plot_command(run_dirs: list[str], out: str) -> int:
-    """Draw the runs' TensorBoard curves side by side into ``out``; or, given the JSON files of
-    ``--eval --robustness``, their agents' robustness curves into one image."""
-    if any(path.endswith(".json") for path in run_dirs):
-        return plot_robustness(run_dirs, out)
+    """Draw the runs' TensorBoard curves side by side into ``out``."""
+
     try:
         panels = plot_runs(run_dirs, out)
     except ValueError as exc:
@@ -275,28 +273,3 @@ def plot_command(run_dirs: list[str], out: str) -> int:
     print(f"wrote {out}: {', '.join(panels)} of {len(run_dirs)} run(s)")
     return 0
 
-
-def plot_robustness(paths: list[str], out: str) -> int:
-    """Draw the robustness curves written by ``--eval --robustness`` (JSON files) into one image,
-    each agent labelled with its file's name."""
-    import json
-
-    import robustness
-
-    results = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-        if not isinstance(result, dict) or "cells" not in result or "sticky_actions" not in str(result["cells"][:1]):
-            raise UsageError(f"{path} is not the JSON of --eval --robustness (give run directories or only such files)")
-        results.append(result)
-    labels = [os.path.basename(path).removesuffix(".json").removesuffix("_robustness") for path in paths]
-    try:
-        robustness.draw(results, labels, out)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"wrote {out}: score against sticky actions of {len(results)} agent(s)")
-    return 0

@@ -9,12 +9,15 @@ and its figure.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Sequence
 
 import numpy as np
 
 from envs import MACHADO_MAX_FRAMES, Protocol
+from utils import UsageError
 
 STICKINESS = (0.0, 0.05, 0.1, 0.25, 0.5)
 NOOP_MAXES = (0, 30)  # none, and the classic protocol's up to 30
@@ -84,3 +87,26 @@ def draw(results: Sequence[dict[str, Any]], labels: Sequence[str], path: str) ->
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     save_png(fig, path)
+
+
+def plot_robustness(paths: list[str], out: str) -> int:
+    """Draw the robustness curves written by ``--eval --robustness`` (JSON files) into one image,
+    each agent labelled with its file's name."""
+    results = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        cells = result.get("cells") if isinstance(result, dict) else None
+        if not cells or not all(isinstance(cell, dict) and "sticky_actions" in cell for cell in cells):
+            raise UsageError(f"{path} is not the JSON of --eval --robustness (give run directories or only such files)")
+        results.append(result)
+    labels = [os.path.basename(path).removesuffix(".json").removesuffix("_robustness") for path in paths]
+    try:
+        draw(results, labels, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}: score against sticky actions of {len(results)} agent(s)")
+    return 0

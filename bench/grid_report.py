@@ -152,12 +152,13 @@ def specialist_cell(env_name: str, physics: str) -> dict[str, float]:
     """The grid cell (axis name -> value) a specialist's ``--physics`` names; ``ValueError`` (or
     ``UsageError``) for physics that are not one cell of ``env_name``'s grid."""
     import randomize
+    from physics import FAMILIES
 
     if not physics:
         raise ValueError("trained on the default physics (no --physics), not on one cell")
     values = randomize.parse_physics(env_name, physics)
     names, axes = randomize.grid(env_name)
-    fixed = randomize.FAMILIES[env_name].grid_fixed
+    fixed = FAMILIES[env_name].grid_fixed
     if any(values[name] not in axis for name, axis in zip(names, axes)) or \
             any(values[name] != value for name, value in fixed.items()):
         raise ValueError(f"--physics {physics} is not a cell of the {env_name} grid")

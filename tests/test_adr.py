@@ -14,6 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import main
+import physics
 import randomize
 from adr import ADR, ADRPhysics
 from config import Config
@@ -109,7 +110,7 @@ def test_the_wrapper_applies_the_draw_and_reports_returns_at_an_edge():
         total += reward
         done = terminated or truncated
     name, side = edge
-    assert adr.ranges[name][side] != randomize.FAMILIES["CartPole-v1"].nominal[name]  # it moved out
+    assert adr.ranges[name][side] != physics.FAMILIES["CartPole-v1"].nominal[name]  # it moved out
     assert env.episode_return == total and env.edge is None
 
 
