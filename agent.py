@@ -1,9 +1,12 @@
-"""The A2C agent: the actor-critic network, its optimizer, and one gradient update per rollout."""
+"""The agents: what every algorithm's agent is (:class:`Agent`: the network, its optimizer, acting,
+a clipped gradient step, checkpoints), an agent that learns from rollouts with a critic
+(:class:`RolloutAgent`), and A2C's (:class:`A2CAgent`: one gradient update per rollout). PPO's and
+GRPO's agents are in their own files."""
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -104,16 +107,18 @@ def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {name!r} (one of {', '.join(OPTIMIZERS)})")
 
 
-class A2CAgent:
-    """Owns the network and the optimizer; acts for the runner and learns from its rollouts.
+def agent_settings(config: Config) -> dict[str, Any]:
+    """The settings every agent takes from a run's config: its optimizer, clipping, discount and entropy bonus."""
+    return dict(lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
+                max_grad_norm=config.max_grad_norm, gamma=config.gamma)
 
-    ``intrinsic`` is an optional intrinsic-reward provider (see ``icm.py``): when given, its
-    reward is mixed into each rollout before returns are computed, its losses join the objective
-    as ``icm_lambda * A2C + provider total``, and its weights join the optimizer and checkpoints.
-    When ``None`` (the default) none of this exists and the update is the plain A2C update.
 
-    ``estimator`` turns a rollout's rewards into returns and advantages; by default n-step
-    returns or GAE (:func:`storage.compute_returns` with ``gamma`` and ``gae_lambda``).
+class Agent:
+    """What every algorithm's agent is: the network and its optimizer. It acts for the collector,
+    takes clipped gradient steps, and saves and loads itself; an algorithm adds its update
+    (:meth:`update`, the one method the training loop calls) and what that needs.
+
+    ``trained``: modules the optimizer trains beside the network (A2C's curiosity module).
     """
 
     # Averages the gradients across the ranks of a data-parallel run (``distributed.gradient_reducer``);
@@ -124,24 +129,21 @@ class A2CAgent:
     sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
     def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
-                 value_coeff: float = 0.5, entropy_coeff: float = 0.01, max_grad_norm: float = 0.5,
-                 gamma: float = 0.99, gae_lambda: float = 1.0, intrinsic: Optional[ICM] = None,
-                 icm_lambda: float = 0.1, extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False,
-                 estimator: Optional[Estimator] = None, normalize_advantages: bool = False) -> None:
+                 entropy_coeff: float = 0.01, max_grad_norm: float = 0.5, gamma: float = 0.99,
+                 trained: Sequence[nn.Module] = ()) -> None:
         self.model = model
-        self.intrinsic = intrinsic
-        self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
-        self.intrinsic_std = RunningStd() if (intrinsic is not None and normalize_intrinsic) else None
-        self.params = list(model.parameters()) + (list(intrinsic.parameters()) if intrinsic is not None else [])
+        self.networks = [model, *trained]  # what the optimizer trains, in its order
+        self.params = [param for network in self.networks for param in network.parameters()]
         self.optimizer_name = optimizer
         self.optimizer = make_optimizer(optimizer, self.params, lr)
-        self.value_coeff, self.entropy_coeff = value_coeff, entropy_coeff
-        self.max_grad_norm = max_grad_norm
-        self.gamma, self.gae_lambda = gamma, gae_lambda
-        self.estimator = estimator or functools.partial(compute_returns, gamma=gamma, gae_lambda=gae_lambda)
-        self.normalize_advantages = normalize_advantages
+        self.entropy_coeff, self.max_grad_norm, self.gamma = entropy_coeff, max_grad_norm, gamma
         # State-dependent exploration's weights for the current rollout (see draw_exploration).
         self.exploration: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config) -> "Agent":
+        """The agent that ``config`` describes around ``model``; an algorithm adds its own settings."""
+        return cls(model, **agent_settings(config))
 
     @property
     def device(self) -> torch.device:
@@ -152,7 +154,7 @@ class A2CAgent:
     def act(self, obs: torch.Tensor, state: State,
             episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
         """Sample one action per env: returns actions ``[N]``, their log-probabilities ``[N]``,
-        values ``[N]`` and the next state."""
+        values ``[N]`` (None without a critic) and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
         dist = self.model.distribution(logits)
         actions = self.sample(dist, logits)
@@ -192,34 +194,13 @@ class A2CAgent:
         if self.model.policy.sde:
             self.exploration = self.model.policy.draw_weights(num_envs)
 
-    @torch.inference_mode()
-    def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
-        """Values ``[N]`` for bootstrapping; ``state`` is not advanced."""
-        return self.model.value(obs, state, episode_starts)
-
     # ------------------------------------------------------------------ learning
-    def make_batch(self, storage: RolloutStorage) -> Batch:
-        """The rollout with its returns and advantages: the one place rewards are put together.
-
-        ``reward = env reward + bootstrap`` (``gamma * V(terminal obs)`` where a time limit cut the
-        episode), and with a curiosity provider ``reward = extrinsic_coeff * env reward + r_i +
-        bootstrap``, where ``r_i`` is zero for transitions that end an episode, since the
-        observation after them is a reset, not their consequence. The agent's estimator turns
-        them into returns and advantages.
-        """
-        rewards, extra = storage.rewards, {}
-        if self.intrinsic is not None:
-            frames, valid = storage.frames(), 1.0 - storage.dones
-            intrinsic, losses = self.intrinsic.rewards_and_losses(frames, storage.actions, valid)
-            if self.intrinsic_std is not None:
-                self.intrinsic_std.update(intrinsic[valid > 0])
-                intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
-            rewards = self.extrinsic_coeff * storage.rewards + intrinsic
-            extra = dict(next_obs=frames[1:], valid=valid, reward_parts={"intrinsic": intrinsic},
-                         intrinsic_losses=losses)
-        returns, advantages = self.estimator(rewards + storage.bootstrap, storage.values, storage.dones,
-                                             storage.last_values)
-        return storage.batch(returns, advantages, **extra)
+    def update(self, batch: Any, index: int = 0,
+               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
+        """The update every algorithm implements: learn from one collected batch (update ``index`` of
+        the run, counted from 0). ``on_loss`` sees the batch's total loss before the weights change
+        (the best-loss checkpoint). Returns the statistics to log, ``skipped`` among them."""
+        raise NotImplementedError(f"{type(self).__name__} has no update")
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -228,54 +209,6 @@ class A2CAgent:
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
-
-    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """The loss terms of a rollout: trained through the outputs kept from collecting it
-        (``batch.outputs``), or, without them, through the rollout run again from its detached
-        initial state (the same numbers: the same weights see the same frames and states).
-
-        Names without a slash are A2C terms; a provider's terms come as ``icm/<name>``, and with
-        a provider ``total = icm_lambda * a2c_total + provider total`` (``a2c_total`` keeps the A2C part).
-        """
-        if batch.outputs is not None:
-            logits, values = batch.outputs
-        else:
-            logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
-        if self.model.critic is None:
-            values = None
-        advantages = (standardized(batch.advantages, sum_over_ranks=self.sum_over_ranks) if self.normalize_advantages
-                      else batch.advantages)
-        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, advantages,
-                         self.value_coeff, self.entropy_coeff)
-        if self.intrinsic is None:
-            return terms
-        curiosity = batch.intrinsic_losses
-        if curiosity is None:
-            curiosity = self.intrinsic.losses(batch.obs, batch.next_obs, batch.actions, batch.valid)
-        terms["a2c_total"] = terms["total"]
-        terms["total"] = self.icm_lambda * terms["total"] + curiosity["total"]
-        terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
-        return terms
-
-    @classmethod
-    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Optional[ICM] = None) -> "A2CAgent":
-        """The agent that ``config`` describes around ``model`` (and a curiosity module)."""
-        curiosity = config.curiosity
-        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, value_coeff=config.value_coeff,
-                   gae_lambda=config.gae_lambda, intrinsic=intrinsic, normalize_advantages=config.normalize_advantages,
-                   icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
-                   normalize_intrinsic=curiosity.normalize)
-
-    def update(self, batch: Batch, index: int = 0,
-               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
-        """The update every algorithm implements: learn from one collected batch (update ``index`` of
-        the run, counted from 0). ``on_loss`` sees the batch's total loss before the weights change
-        (the best-loss checkpoint). Returns the statistics to log, ``skipped`` among them.
-
-        A2C's: one gradient step, :meth:`loss` then :meth:`step`."""
-        before_step = None if on_loss is None else (lambda stats: on_loss(stats["total"]))
-        return self.step(self.loss(batch), extra=rollout_stats(batch), before_step=before_step)
 
     def step(self, terms: dict[str, torch.Tensor], extra: Optional[dict[str, torch.Tensor]] = None,
              before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
@@ -337,30 +270,164 @@ class A2CAgent:
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, full: bool = True) -> dict[str, Any]:
-        """The agent's part of a checkpoint: the network, and with ``full`` the optimizer and any
-        intrinsic-reward provider (so a2c_last resumes exactly; the best-* files play without it)."""
+        """The agent's part of a checkpoint: the network, and with ``full`` the optimizer (so
+        a2c_last resumes exactly; the best-* files play without it)."""
         data: dict[str, Any] = {"model_spec": self.model.spec, "model": self.model.state_dict()}
         if full:
             data["optimizer"] = self.optimizer.state_dict()
             data["optimizer_name"] = self.optimizer_name
-            if self.intrinsic is not None:
-                data["intrinsic"] = self.intrinsic.state_dict()
-                if self.intrinsic_std is not None:
-                    data["intrinsic_std"] = self.intrinsic_std.state_dict()
         return data
 
     def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
-        """Weights, and the optimizer (and curiosity) state when the checkpoint has it for this setup."""
-        try:
-            self.model.load_state_dict(checkpoint["model"])
-            if self.intrinsic is not None and "intrinsic" in checkpoint:
-                self.intrinsic.load_state_dict(checkpoint["intrinsic"])
-        except RuntimeError:
-            raise UsageError(f"checkpoint {path} was saved by another architecture") from None
-        if self.intrinsic_std is not None and "intrinsic_std" in checkpoint:
-            self.intrinsic_std.load_state_dict(checkpoint["intrinsic_std"])
+        """Weights, and the optimizer state when the checkpoint has it for this optimizer."""
+        _load_weights(self.model, checkpoint["model"], path)
         if "optimizer" in checkpoint and checkpoint.get("optimizer_name") == self.optimizer_name:
             self.optimizer.load_state_dict(_in_todays_order(checkpoint["optimizer"], checkpoint["model"], self.model))
+
+
+class RolloutAgent(Agent):
+    """An agent that learns from rollouts with a critic (A2C's, PPO's): it gives the values that
+    bootstrap a rollout and turns the rollout into returns and advantages with its ``estimator``
+    (by default n-step returns or GAE: :func:`storage.compute_returns` with ``gamma`` and
+    ``gae_lambda``)."""
+
+    def __init__(self, model: ActorCritic, *, value_coeff: float = 0.5, gae_lambda: float = 1.0,
+                 estimator: Optional[Estimator] = None, normalize_advantages: bool = False, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.value_coeff, self.gae_lambda = value_coeff, gae_lambda
+        self.estimator = estimator or functools.partial(compute_returns, gamma=self.gamma, gae_lambda=gae_lambda)
+        self.normalize_advantages = normalize_advantages
+
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config) -> "RolloutAgent":
+        return cls(model, **rollout_settings(config))
+
+    @torch.inference_mode()
+    def value(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> torch.Tensor:
+        """Values ``[N]`` for bootstrapping; ``state`` is not advanced."""
+        return self.model.value(obs, state, episode_starts)
+
+    def make_batch(self, storage: RolloutStorage) -> Batch:
+        """The rollout with its returns and advantages, from the env rewards."""
+        return self.estimate(storage, storage.rewards)
+
+    def estimate(self, storage: RolloutStorage, rewards: torch.Tensor, **extra: Any) -> Batch:
+        """The rollout with the returns and advantages the estimator gives for ``rewards`` plus the
+        bootstrap (``gamma * V(terminal obs)`` where a time limit cut the episode); ``extra`` fills
+        the optional fields of the batch."""
+        returns, advantages = self.estimator(rewards + storage.bootstrap, storage.values, storage.dones,
+                                             storage.last_values)
+        return storage.batch(returns, advantages, **extra)
+
+
+def rollout_settings(config: Config) -> dict[str, Any]:
+    """The settings of an agent that learns from rollouts with a critic (:class:`RolloutAgent`)."""
+    return dict(agent_settings(config), value_coeff=config.value_coeff, gae_lambda=config.gae_lambda,
+                normalize_advantages=config.normalize_advantages)
+
+
+class A2CAgent(RolloutAgent):
+    """Advantage actor-critic: one gradient step on each rollout (:meth:`update`).
+
+    ``intrinsic`` is an optional intrinsic-reward provider (see ``icm.py``): when given, its
+    reward is mixed into each rollout before returns are computed, its losses join the objective
+    as ``icm_lambda * A2C + provider total``, and its weights join the optimizer and checkpoints.
+    When ``None`` (the default) none of this exists and the update is the plain A2C update.
+    """
+
+    def __init__(self, model: ActorCritic, *, intrinsic: Optional[ICM] = None, icm_lambda: float = 0.1,
+                 extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False, **kwargs: Any) -> None:
+        super().__init__(model, trained=[intrinsic] if intrinsic is not None else [], **kwargs)
+        self.intrinsic = intrinsic
+        self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
+        self.intrinsic_std = RunningStd() if (intrinsic is not None and normalize_intrinsic) else None
+
+    @classmethod
+    def from_config(cls, model: ActorCritic, config: Config) -> "A2CAgent":
+        """The agent that ``config`` describes around ``model``, with its curiosity module (``--icm``)."""
+        curiosity = config.curiosity
+        return cls(model, **rollout_settings(config), intrinsic=build_curiosity(config, model),
+                   icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
+                   normalize_intrinsic=curiosity.normalize)
+
+    def make_batch(self, storage: RolloutStorage) -> Batch:
+        """The rollout with its returns and advantages: the one place rewards are put together.
+
+        ``reward = env reward + bootstrap`` (``gamma * V(terminal obs)`` where a time limit cut the
+        episode), and with a curiosity provider ``reward = extrinsic_coeff * env reward + r_i +
+        bootstrap``, where ``r_i`` is zero for transitions that end an episode, since the
+        observation after them is a reset, not their consequence. The agent's estimator turns
+        them into returns and advantages.
+        """
+        if self.intrinsic is None:
+            return self.estimate(storage, storage.rewards)
+        frames, valid = storage.frames(), 1.0 - storage.dones
+        intrinsic, losses = self.intrinsic.rewards_and_losses(frames, storage.actions, valid)
+        if self.intrinsic_std is not None:
+            self.intrinsic_std.update(intrinsic[valid > 0])
+            intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
+        rewards = self.extrinsic_coeff * storage.rewards + intrinsic
+        return self.estimate(storage, rewards, next_obs=frames[1:], valid=valid, reward_parts={"intrinsic": intrinsic},
+                             intrinsic_losses=losses)
+
+    def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The loss terms of a rollout: trained through the outputs kept from collecting it
+        (``batch.outputs``), or, without them, through the rollout run again from its detached
+        initial state (the same numbers: the same weights see the same frames and states).
+
+        Names without a slash are A2C terms; a provider's terms come as ``icm/<name>``, and with
+        a provider ``total = icm_lambda * a2c_total + provider total`` (``a2c_total`` keeps the A2C part).
+        """
+        if batch.outputs is not None:
+            logits, values = batch.outputs
+        else:
+            logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
+        if self.model.critic is None:
+            values = None
+        advantages = (standardized(batch.advantages, sum_over_ranks=self.sum_over_ranks) if self.normalize_advantages
+                      else batch.advantages)
+        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, advantages,
+                         self.value_coeff, self.entropy_coeff)
+        if self.intrinsic is None:
+            return terms
+        curiosity = batch.intrinsic_losses
+        if curiosity is None:
+            curiosity = self.intrinsic.losses(batch.obs, batch.next_obs, batch.actions, batch.valid)
+        terms["a2c_total"] = terms["total"]
+        terms["total"] = self.icm_lambda * terms["total"] + curiosity["total"]
+        terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
+        return terms
+
+    def update(self, batch: Batch, index: int = 0,
+               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
+        """A2C's update: one gradient step, :meth:`loss` then :meth:`step` (see :meth:`Agent.update`)."""
+        before_step = None if on_loss is None else (lambda stats: on_loss(stats["total"]))
+        return self.step(self.loss(batch), extra=rollout_stats(batch), before_step=before_step)
+
+    def state(self, full: bool = True) -> dict[str, Any]:
+        """The agent's checkpoint part, and with ``full`` the curiosity module and its reward scale."""
+        data = super().state(full)
+        if full and self.intrinsic is not None:
+            data["intrinsic"] = self.intrinsic.state_dict()
+            if self.intrinsic_std is not None:
+                data["intrinsic_std"] = self.intrinsic_std.state_dict()
+        return data
+
+    def load(self, checkpoint: dict[str, Any], path: str = "checkpoint") -> None:
+        """Weights, optimizer and curiosity state, each when the checkpoint has it for this setup."""
+        super().load(checkpoint, path)
+        if self.intrinsic is not None and "intrinsic" in checkpoint:
+            _load_weights(self.intrinsic, checkpoint["intrinsic"], path)
+        if self.intrinsic_std is not None and "intrinsic_std" in checkpoint:
+            self.intrinsic_std.load_state_dict(checkpoint["intrinsic_std"])
+
+
+def _load_weights(module: nn.Module, weights: dict[str, Any], path: str) -> None:
+    """``weights`` into ``module``, or a one-line error naming the checkpoint."""
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError:
+        raise UsageError(f"checkpoint {path} was saved by another architecture") from None
 
 
 def _in_todays_order(optimizer_state: dict[str, Any], saved_weights: dict[str, Any],
@@ -389,26 +456,31 @@ def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
             "rollout/advantage_std": batch.advantages.std()}
 
 
-def build_networks(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
-                   continuous: bool = False) -> tuple[ActorCritic, Optional[ICM]]:
-    """The policy network that ``config`` describes, and its curiosity module with ``--icm``;
-    ``continuous``: ``num_actions`` is the dimension of a continuous action (a Gaussian policy)."""
+def build_network(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
+                  continuous: bool = False) -> ActorCritic:
+    """The policy network that ``config`` describes; ``continuous``: ``num_actions`` is the
+    dimension of a continuous action (a Gaussian policy)."""
+    speed = config.speed
+    return build_model(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
+                       feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
+                       lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
+                       mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
+                       conv_filters=config.conv_filters,
+                       # Vector observations without memory: actor and critic each with an MLP of its own.
+                       separate_critic=len(obs_shape) == 1 and not config.recurrent,
+                       channels_last=channels_last_for(speed.channels_last, torch.device(device), speed.bf16),
+                       bf16=speed.bf16, encoder_chunk=speed.encoder_chunk).to(device)
+
+
+def build_curiosity(config: Config, model: ActorCritic) -> Optional[ICM]:
+    """The curiosity module of ``--icm`` for ``model``'s observations and actions, on its device; None without."""
     speed, curiosity = config.speed, config.curiosity
-    channels_last = channels_last_for(speed.channels_last, torch.device(device), speed.bf16)
-    model = build_model(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
-                        feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
-                        lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
-                        mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
-                        conv_filters=config.conv_filters,
-                        # Vector observations without memory: actor and critic each with an MLP of its own.
-                        separate_critic=len(obs_shape) == 1 and not config.recurrent,
-                        channels_last=channels_last, bf16=speed.bf16,
-                        encoder_chunk=speed.encoder_chunk).to(device)
-    # Built after the policy, so switching curiosity on leaves the policy's initial weights as they were.
-    intrinsic = ICM(obs_shape, num_actions, eta=curiosity.eta, beta=curiosity.beta,
-                    channels_last=channels_last, encoder_chunk=speed.encoder_chunk,
-                    forward_trains_phi=curiosity.forward_trains_encoder).to(device) if curiosity.enabled else None
-    return model, intrinsic
+    if not curiosity.enabled:
+        return None
+    device = next(model.parameters()).device
+    return ICM(tuple(model.spec["obs_shape"]), model.spec["num_actions"], eta=curiosity.eta, beta=curiosity.beta,
+               channels_last=channels_last_for(speed.channels_last, device, speed.bf16),
+               encoder_chunk=speed.encoder_chunk, forward_trains_phi=curiosity.forward_trains_encoder).to(device)
 
 
 def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False,

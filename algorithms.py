@@ -2,15 +2,15 @@
 
     a2c   agent.py   A2CAgent: one gradient step on each rollout
     ppo   ppo.py     PPOAgent: epochs of clipped minibatch steps on each rollout
-    grpo  grpo.py    GRPOAgent, and GroupRunner, whose batches are rounds of whole episodes
+    grpo  grpo.py    GRPOAgent, and GroupCollector, whose batches are rounds of whole episodes
 
 An algorithm is an agent class and what the run needs to know of it:
 
-* the agent, built by ``Agent.from_config(model, config, intrinsic)``, learns from a collected
-  batch with ``update(batch, index, on_loss)`` (``agent.A2CAgent.update``): one method for every
-  algorithm, called by the one training loop;
-* the loop that collects its batches: ``runner.Runner`` (rollouts of ``rollout_size`` steps), or a
-  subclass with a collector of its own;
+* the agent (a subclass of ``agent.Agent``), built by ``Agent.from_config(model, config)``, learns
+  from a collected batch with ``update(batch, index, on_loss)``: one method for every algorithm,
+  called by the one training loop (``runner.Runner``);
+* the collector that gathers its batches for that loop: ``runner.RolloutCollector`` (rollouts of
+  ``rollout_size`` steps), or one of its own;
 * the settings only it reads, refused when typed for another algorithm;
 * a check that refuses, in one line, what it cannot train;
 * the settings of its own that a resumed run cannot change, and whether it trains under torchrun.
@@ -27,10 +27,10 @@ import torch
 
 import grpo
 import ppo
-from agent import A2CAgent, build_networks
+from agent import A2CAgent, Agent, build_network
 from checkpoints import load_checkpoint
 from config import Config
-from runner import Runner
+from runner import RolloutCollector
 from utils import UsageError
 
 
@@ -40,10 +40,10 @@ def _anything(config: Config) -> None:
 
 @dataclass(frozen=True)
 class Algorithm:
-    agent: type[A2CAgent]
+    agent: type[Agent]
     """The agent class: ``from_config`` builds it, ``update`` is its update."""
-    runner: type[Runner] = Runner
-    """The loop that collects its batches and calls ``agent.update`` on each."""
+    collector: type = RolloutCollector
+    """What gathers its batches for the loop (``runner.Collector``), built with the runner."""
     settings: tuple[str, ...] = ()
     """Settings (``config.setting_names``) only this algorithm reads."""
     check: Callable[[Config], None] = _anything
@@ -64,7 +64,7 @@ def register(name: str, algorithm: Algorithm) -> None:
 
 register("a2c", Algorithm(A2CAgent, data_parallel=True))
 register("ppo", Algorithm(ppo.PPOAgent, settings=ppo.SETTINGS, check=ppo.check))
-register("grpo", Algorithm(grpo.GRPOAgent, grpo.GroupRunner, settings=grpo.SETTINGS, check=grpo.check,
+register("grpo", Algorithm(grpo.GRPOAgent, grpo.GroupCollector, settings=grpo.SETTINGS, check=grpo.check,
                            fixed=("group.size",)))
 
 
@@ -85,14 +85,15 @@ def check_algorithm_settings(config: Config, typed: set[str], flag_of: Callable[
 
 
 def make_agent(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
-               continuous: bool = False) -> A2CAgent:
-    """A fresh agent of ``config.algo`` with the network, curiosity module and optimizer that
-    ``config`` describes; ``continuous``: ``num_actions`` is the dimension of a continuous action."""
-    model, intrinsic = build_networks(config, obs_shape, num_actions, device, continuous)
-    return algorithm(config.algo).agent.from_config(model, config, intrinsic)
+               continuous: bool = False) -> Agent:
+    """A fresh agent of ``config.algo`` with the network and optimizer that ``config`` describes
+    (and what else its algorithm builds: A2C's curiosity module); ``continuous``: ``num_actions``
+    is the dimension of a continuous action."""
+    model = build_network(config, obs_shape, num_actions, device, continuous)
+    return algorithm(config.algo).agent.from_config(model, config)
 
 
-def load_agent(path: str, device: torch.device | str = "cpu") -> A2CAgent:
+def load_agent(path: str, device: torch.device | str = "cpu") -> Agent:
     """An agent rebuilt from any checkpoint: its settings, weights, and optimizer state when saved (a2c_last)."""
     data = load_checkpoint(path)
     config = Config.from_dict(data["config"])

@@ -2,12 +2,14 @@
 of the network and the envs. Each is a callback (as in stable-baselines3), so the loop in
 ``runner.Runner.train`` reads as the algorithm, and a new diagnostic is a class, not an edit there.
 
-The loop calls every callback, in the order of its list (``default_callbacks``), at these points::
+The loop calls every callback, in the order of its list (``default_callbacks``), at these points,
+whatever the algorithm and its collector (A2C's and PPO's rollouts, GRPO's rounds)::
 
     on_reset(runner, infos)         the envs were reset (their reset infos)
-    on_step(runner, infos, t)       after step t of a rollout (the envs' infos)
-    on_rollout_end(runner, batch)   after the rollout, before the update
-    on_loss(runner, loss)           with the update's loss, before the weights change
+    on_step(runner, infos, t)       after step t of the batch (the infos of the envs whose step it holds)
+    on_rollout_end(runner, batch)   after the batch was collected, before the update
+    on_loss(runner, loss)           with the update's loss, before the weights change (an update
+                                    that takes no step, such as GRPO's without a signal, has none)
     on_update_end(runner, batch)    after the update, once the counters have moved on
 
 ``runner`` gives the state (``runner.state``: update, env step, the last games), the agent, the

@@ -32,21 +32,23 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from agent import A2CAgent
+from agent import Agent, agent_settings
 from config import Config
 from envs import is_atari
 from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
-from runner import Runner
 from seeds import group_seeds
 from utils import UsageError
+
+if TYPE_CHECKING:
+    from runner import Runner
 
 # Returns of a group closer together than this count as equal: the group is skipped.
 EQUAL_RETURNS = 1e-6
@@ -140,10 +142,10 @@ class GroupBatch:
         return int(self.mask.sum())
 
 
-class GRPOAgent(A2CAgent):
+class GRPOAgent(Agent):
     """An agent without a critic, trained on whole groups of episodes (see the module's doc).
 
-    Acting, the optimizer, gradient clipping and checkpoints are :class:`agent.A2CAgent`'s; the
+    Acting, the optimizer, gradient clipping and checkpoints are :class:`agent.Agent`'s; the
     update is :meth:`update`. With ``kl_coeff > 0`` a frozen copy of the policy is the KL
     penalty's reference, refreshed every ``ref_interval`` updates and saved in full checkpoints.
     """
@@ -151,8 +153,6 @@ class GRPOAgent(A2CAgent):
     def __init__(self, model: ActorCritic, *, group_size: int, clip_eps: float = 0.2, update_epochs: int = 8,
                  minibatches: int = 16, kl_coeff: float = 0.0, ref_interval: int = 10, scale_by_std: bool = True,
                  **kwargs: Any) -> None:
-        if model.critic is not None:
-            raise ValueError("GRPO trains a network without a critic (critic=False)")
         super().__init__(model, **kwargs)
         self.group_size, self.clip_eps = group_size, clip_eps
         self.update_epochs, self.minibatches = update_epochs, minibatches
@@ -197,13 +197,11 @@ class GRPOAgent(A2CAgent):
         return self.reference.distribution(logits).log_prob(batch.actions)
 
     @classmethod
-    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "GRPOAgent":
-        group = config.group
-        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, group_size=group.size,
-                   clip_eps=config.clip.eps, update_epochs=config.clip.epochs, minibatches=config.clip.minibatches,
-                   kl_coeff=group.kl_coeff, ref_interval=group.ref_interval, scale_by_std=group.scale_by_std,
-                   intrinsic=intrinsic)
+    def from_config(cls, model: ActorCritic, config: Config) -> "GRPOAgent":
+        group, clip = config.group, config.clip
+        return cls(model, **agent_settings(config), group_size=group.size, clip_eps=clip.eps,
+                   update_epochs=clip.epochs, minibatches=clip.minibatches, kl_coeff=group.kl_coeff,
+                   ref_interval=group.ref_interval, scale_by_std=group.scale_by_std)
 
     def update(self, batch: GroupBatch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
                generator: Optional[torch.Generator] = None) -> dict[str, float]:
@@ -242,7 +240,7 @@ class GRPOAgent(A2CAgent):
             self.reference.load_state_dict(self.model.state_dict())
 
     def state(self, full: bool = True) -> dict[str, Any]:
-        """A2C's checkpoint part, plus (full) the KL reference's weights."""
+        """The agent's checkpoint part, plus (full) the KL reference's weights."""
         data = super().state(full)
         if full and self.reference is not None:
             data["reference"] = self.reference.state_dict()
@@ -254,60 +252,38 @@ class GRPOAgent(A2CAgent):
             self.reference.load_state_dict(checkpoint.get("reference", self.model.state_dict()))
 
 
-class GroupRunner(Runner):
-    """:class:`runner.Runner` with GRPO's rounds: every update resets all groups with fresh seeds,
-    plays until every member's episode has ended (or ``horizon`` steps), and lets the agent learn
-    from the whole round. Logging, checkpoints, evaluation and stop signals are the Runner's; the
-    env-step axis counts the steps members played in their episodes.
+class GroupCollector:
+    """GRPO's batches, rounds: every update resets each group with a fresh seed of its own, plays
+    until every member's episode has ended (or ``horizon`` steps), and hands the agent the whole
+    round. A member whose episode has ended plays on outside the round (its env steps on with
+    the others), so its later steps neither count as env steps nor reach the log or the loss.
     """
 
-    HISTOGRAMS = ("advantages", "returns")
+    histograms = ("advantages", "returns")
 
-    def __init__(self, agent: GRPOAgent, envs: Any, config: Any, run_dir: str, *args: Any, **kwargs: Any) -> None:
-        super().__init__(agent, envs, config, run_dir, *args, **kwargs)
-        self.horizon = horizon(config)
-        self.groups = config.num_envs // config.group.size
+    def __init__(self, runner: "Runner") -> None:
+        self.horizon = horizon(runner.config)
+        self.groups = runner.config.num_envs // runner.config.group.size
 
-    def collect(self) -> GroupBatch:  # type: ignore[override]
-        cfg, agent, st = self.config, self.agent, self.state
-        N = cfg.num_envs
-        self.envs.set_reset_seeds(group_seeds(cfg.seed, st.update, self.groups, cfg.group.size))
-        obs = self._to_tensor(self.envs.reset())
-        self.notify("on_reset", getattr(self.envs, "reset_infos", []))
-        state = agent.model.initial_state(N, self.device)
-        starts = torch.ones(N, device=self.device)
-        # Which members are still in their episode, kept on the host (the loop reads it every step)
-        # and sent to the device with the step's rewards.
-        alive = np.ones(N, dtype=bool)
+    def collect(self, runner: "Runner") -> GroupBatch:
+        config, agent = runner.config, runner.agent
+        runner.reset(group_seeds(config.seed, runner.state.update, self.groups, config.group.size))
+        # Which members are still in their episode, kept on the host (the loop reads it every step).
+        playing = np.ones(config.num_envs, dtype=bool)
         steps: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "starts", "actions", "log_probs", "rewards", "mask")}
-        played = 0  # steps of members in their episodes so far this round
-        for _ in range(self.horizon):
-            actions, log_probs, _, state = agent.act(obs, state, starts)
-            next_obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
-            rewards_t, mask, dones_t = self._step_arrays(rewards, alive, dones)
+        for t in range(self.horizon):
+            obs, starts = runner.obs, runner.episode_starts
+            actions, log_probs, _, next_state = agent.act(obs, runner.recurrent_state, starts)
+            step = runner.step(actions, next_state, t, playing)
             for name, value in (("obs", obs), ("starts", starts), ("actions", actions), ("log_probs", log_probs),
-                                ("rewards", rewards_t), ("mask", mask)):
+                                ("rewards", step.rewards), ("mask", step.playing)):
                 steps[name].append(value)
-            for i in np.flatnonzero(alive):
-                played += 1  # the members' steps counted in turn: every episode ends at a step of its own
-                episode = infos[i].get("episode")
-                if episode is not None:  # a member's whole episode, from the round's reset
-                    self.state.episodes.add(episode["r"])
-                    self.new_episodes += 1
-                    self.metrics.scalar("episode/return", episode["r"], st.step + played)
-                    self.metrics.scalar("episode/length", episode["l"], st.step + played)
-                    self.metrics.scalar("episode/return_mean100", st.episodes.mean, st.step + played)
-            alive = alive & ~dones.astype(bool)
-            obs, starts = self._to_tensor(next_obs), dones_t
-            if not alive.any():
+            playing = playing & ~step.ended
+            if not playing.any():
                 break
-        self.obs, self.recurrent_state, self.episode_starts = obs, state, starts  # for the core's health
         stacked = {name: torch.stack(values) for name, values in steps.items()}
         return agent.make_group_batch(stacked["obs"], stacked["starts"], stacked["actions"], stacked["log_probs"],
                                       stacked["rewards"], stacked["mask"])
-
-    def env_steps(self, batch: GroupBatch) -> int:  # type: ignore[override]
-        return batch.env_steps
 
 
 # Settings of --algo grpo only: typed for another algorithm they are refused rather than ignored.

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from agent import A2CAgent, rollout_stats, standardized
+from agent import RolloutAgent, rollout_settings, rollout_stats, standardized
 from config import Config
 from envs import is_atari
 from icm import masked_mean
@@ -72,13 +72,11 @@ def ppo_loss(dist: torch.distributions.Distribution, values: Optional[torch.Tens
     return terms
 
 
-class PPOAgent(A2CAgent):
-    """A2C's agent (acting, returns, optimizer, clipping, checkpoints) with PPO's update, :meth:`learn`."""
+class PPOAgent(RolloutAgent):
+    """A2C's rollouts, returns and critic (:class:`agent.RolloutAgent`) with PPO's update, :meth:`update`."""
 
     def __init__(self, model: ActorCritic, *, epochs: int = 4, minibatches: int = 4, clip_eps: float = 0.2,
                  sequence_length: int = 0, **kwargs: Any) -> None:
-        if kwargs.get("intrinsic") is not None:
-            raise ValueError("PPO trains without an intrinsic-reward provider")
         super().__init__(model, **kwargs)
         self.epochs, self.minibatches, self.clip_eps = epochs, minibatches, clip_eps
         self.sequence_length = sequence_length  # 0: whole columns
@@ -140,12 +138,10 @@ class PPOAgent(A2CAgent):
                         self.value_coeff, self.entropy_coeff)
 
     @classmethod
-    def from_config(cls, model: ActorCritic, config: Config, intrinsic: Any = None) -> "PPOAgent":
-        return cls(model, lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                   max_grad_norm=config.max_grad_norm, gamma=config.gamma, epochs=config.clip.epochs,
-                   minibatches=config.clip.minibatches, clip_eps=config.clip.eps,
-                   sequence_length=config.clip.sequence_length, value_coeff=config.value_coeff,
-                   gae_lambda=config.gae_lambda, normalize_advantages=config.normalize_advantages, intrinsic=intrinsic)
+    def from_config(cls, model: ActorCritic, config: Config) -> "PPOAgent":
+        clip = config.clip
+        return cls(model, **rollout_settings(config), epochs=clip.epochs, minibatches=clip.minibatches,
+                   clip_eps=clip.eps, sequence_length=clip.sequence_length)
 
     def update(self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
                generator: Optional[torch.Generator] = None) -> dict[str, float]:

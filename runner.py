@@ -1,18 +1,22 @@
-"""The training loop: act in the envs, store the rollout, update the agent, log, checkpoint.
+"""The training loop: collect a batch, update the agent, log, checkpoint.
 
 One update reads::
 
-    collect a rollout -> compute returns -> agent.update -> log
+    collector.collect -> agent.update -> log
 
-and everything else the loop does (checkpoints, periodic evaluation, the network's health, reward
-parts, histograms) is a callback (``callbacks.py``) called at fixed points of it.
+The collector is the algorithm's way of gathering a batch (:class:`RolloutCollector`: A2C's and
+PPO's rollouts of ``rollout_size`` steps; ``grpo.GroupCollector``: rounds of whole episodes); the
+runner owns the envs and their live step (observations, recurrent state, episode starts) and
+gives the collector one way to reset them and one way to step them, so that every algorithm's
+games are logged alike and every callback point (``callbacks.py``: checkpoints, periodic
+evaluation, the network's health, reward parts, histograms) fires for every algorithm.
 
-The rollout is collected without gradients; the update (``A2CAgent.loss``) runs the network over
+A rollout is collected without gradients; the update (``A2CAgent.loss``) runs the network over
 the stored observations again, from the recurrent state the rollout started with. The speed
 setting ``keep_graph`` (on by default; docs/speed.md) collects with gradients instead and trains
-through that forward pass, which gives the same numbers without the second pass. The runner owns
-the live recurrent state between rollouts; it is detached at each rollout boundary, so
-gradients never cross into an earlier rollout.
+through that forward pass, which gives the same numbers without the second pass. The live
+recurrent state is detached at each rollout boundary, so gradients never cross into an earlier
+rollout.
 """
 from __future__ import annotations
 
@@ -20,14 +24,15 @@ import json
 import os
 import time
 from collections import deque
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
 import normalize
-from agent import A2CAgent
+from agent import Agent, RolloutAgent
 from callbacks import Callback, default_callbacks
 from checkpoints import Checkpoints, TrainingState
 from config import Config
@@ -35,63 +40,87 @@ from control import RunContext, StopSignals
 from devices import HostToDevice
 from distributed import gather_games, shared_statistics
 from metrics import Metrics
+from model import State
 from storage import Batch, RolloutStorage
 from utils import atomic_write
 
 HISTORY_LENGTH = 1_000  # updates whose stats Runner.history keeps
+# What an env's info at the step that ended an episode says of the next one, begun by its autoreset
+# (gym_vec_env: the physics drawn for it): not shown to the callbacks where that episode is not played.
+NEXT_EPISODE_INFO = ("physics",)
 
 
 # Plays the current policy for whole games on envs of its own and returns their raw scores.
 Evaluator = Callable[[torch.nn.Module], Sequence[float]]
 
 
+class Collector(Protocol):
+    """How an algorithm gathers the batch of one update, through the runner's :meth:`Runner.reset`
+    and :meth:`Runner.step`. Built with the runner (``collector(runner)``) once its envs are reset."""
+
+    histograms: tuple[str, ...]  # the batch's fields logged as rollout/<name> histograms
+
+    def collect(self, runner: "Runner") -> Any:
+        """One batch for ``runner.agent.update``."""
+        ...
+
+
+@dataclass
+class EnvStep:
+    """What one step of every env gave a collector (the next observation is ``runner.obs``)."""
+
+    rewards: torch.Tensor  # [N] float on the device
+    dones: torch.Tensor    # [N] float on the device: 1 where the action ended env i's episode
+    playing: torch.Tensor  # [N] float on the device: 1 where env i's step belongs to the batch
+    ended: np.ndarray      # [N] bool on the host: the dones, for decisions that need no device read
+    infos: list[dict]      # the envs' infos (terminal observations, time limits, finished games)
+
+
 class Runner:
     """Drives a vector env with an agent for ``config.num_updates`` updates.
 
+    ``collector``: the class of the algorithm's collector (:class:`RolloutCollector` unless given),
+    built with the runner once the envs are reset.
     ``evaluator``, when given, is called every ``config.eval_interval`` updates with the network
     (see :class:`evaluate.PeriodicEvaluator` and :class:`callbacks.Evaluation`). ``callbacks``:
     what the loop calls besides training (``callbacks.default_callbacks()`` unless given).
     """
 
-    HISTOGRAMS = ("advantages", "values", "returns")  # Batch fields logged as rollout/<name> histograms
-
-    def __init__(self, agent: A2CAgent, envs: VecEnv, config: Config, run_dir: str,
+    def __init__(self, agent: Agent, envs: VecEnv, config: Config, run_dir: str,
                  state: Optional[TrainingState] = None, writer: Any = None,
                  evaluator: Optional[Evaluator] = None, context: RunContext = RunContext(),
-                 callbacks: Optional[list[Callback]] = None, adr: Any = None) -> None:
+                 callbacks: Optional[list[Callback]] = None, adr: Any = None,
+                 collector: Optional[type] = None) -> None:
+        collector = collector or RolloutCollector
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
         self.evaluator = evaluator
         self.adr = adr  # the ranges of --randomize-domain adr (adr.ADR), which the envs draw from
-        self.callbacks = default_callbacks(self.HISTOGRAMS) if callbacks is None else callbacks
+        self.callbacks = default_callbacks(collector.histograms) if callbacks is None else callbacks
         self.device = agent.device
         self.state = state or TrainingState()
         self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
                                        normalizer=self.env_state, world_size=context.world_size)
         self.context = context
-        # Env steps of one update over every rank (config.num_envs is per rank): the step axis is global.
+        # Env steps of one rollout over every rank (config.num_envs is per rank): the step axis is global.
         self.steps_per_update = config.steps_per_update * context.world_size
-        obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
-        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape, self.device,
-                                      obs_dtype, action_shape=envs.action_space.shape or ())
-        self.recurrent_state = agent.model.initial_state(config.num_envs, self.device)
         # The envs' arrays onto the device (devices.HostToDevice: no copy on the CPU; on a GPU
         # asynchronous copies from page-locked buffers): the frames, each step's rewards and dones
         # in one copy, and the rare arrays of a time limit.
         self.obs_to_device = HostToDevice(self.device)
         self.step_to_device = HostToDevice(self.device)
         self.rare_to_device = HostToDevice(self.device)
-        # Normalizer and curiosity statistics, merged over the ranks after every rollout (from the reset on).
+        # Normalizer and curiosity statistics, merged over the ranks after every batch (from the reset on).
         self.statistics = shared_statistics(envs, agent, context)
-        self.obs = self._to_tensor(envs.reset())
-        self.notify("on_reset", getattr(envs, "reset_infos", []))
-        self.episode_starts = torch.ones(config.num_envs, device=self.device)
         self.stop = StopSignals()
         self.stop_reason = ""
         self.metrics = Metrics(writer, enabled=context.is_main)
         self.new_episodes = 0  # episodes finished in the current update (on every rank)
-        self.ended_games: list[tuple[int, int, float, int]] = []  # (step, env, return, length) of this rollout's games
+        self.ended_games: list[tuple[int, int, float, int]] = []  # (step, place, return, length) of the batch's games
+        self.steps_before = [0]  # env steps this rank played in the batch before each of its steps
         # The stats of the last updates, for tests and callers; bounded, so a long run's memory stays flat.
         self.history: deque[dict[str, float]] = deque(maxlen=HISTORY_LENGTH)
+        self.reset()  # the live step: obs, recurrent_state, episode_starts
+        self.collector: Collector = collector(self)
 
     def env_state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the envs: the normalizers' statistics, and ADR's ranges."""
@@ -102,92 +131,94 @@ class Runner:
         for callback in self.callbacks:
             getattr(callback, point)(self, *args)
 
-    # ------------------------------------------------------------------ collection
-    def _to_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """The one place where observations (numpy) become torch (see ``obs_to_device``)."""
-        return self.obs_to_device(obs)
+    # ------------------------------------------------------------------ the envs, for the collectors
+    def reset(self, seeds: Optional[Sequence[int]] = None) -> None:
+        """Reset every env (env i with ``seeds[i]`` where given, for this reset only): a fresh
+        episode and recurrent state everywhere."""
+        if seeds is not None:
+            self.envs.set_reset_seeds(seeds)
+        self.recurrent_state = self.agent.model.initial_state(self.config.num_envs, self.device)
+        # The one place where observations (numpy) become torch (see obs_to_device).
+        self.obs = self.obs_to_device(self.envs.reset())
+        self.notify("on_reset", getattr(self.envs, "reset_infos", []))
+        self.episode_starts = torch.ones(self.config.num_envs, device=self.device)
 
-    def _step_arrays(self, *arrays: np.ndarray) -> torch.Tensor:
-        """A step's arrays ``[N]`` (rewards, dones) as the rows of one float32 tensor on the device, in one copy."""
-        return self.step_to_device(np.stack(arrays).astype(np.float32, copy=False))
+    def step(self, actions: torch.Tensor, next_state: State, t: int,
+             playing: Optional[np.ndarray] = None) -> EnvStep:
+        """Step every env with ``actions`` (step ``t`` of the batch); the envs' next observation,
+        ``next_state`` and the episodes that start become the live step.
 
-    def collect(self) -> Batch:
-        """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
-        agent, storage = self.agent, self.storage
-        # Truncated backpropagation through time: no gradient flows into the previous rollout.
+        ``playing`` (bool ``[N]``; None: all): the envs whose step belongs to the batch, the others
+        playing on outside it (a GRPO member whose episode has ended). Only their steps count on
+        the env-step axis, only their finished games are logged, and only their infos reach the
+        callbacks' ``on_step`` (less what an ended episode's info says of the next one, which
+        such an env does not play).
+        """
+        # The step's one read from the device: the envs need the actions.
+        obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
+        ended = dones.astype(bool)
+        if playing is None:
+            rewards_t, dones_t = self.step_to_device(np.stack([rewards, dones]).astype(np.float32, copy=False))
+            playing_t = torch.ones_like(dones_t)
+            seen = infos
+        else:
+            rewards_t, playing_t, dones_t = self.step_to_device(
+                np.stack([rewards, playing, dones]).astype(np.float32, copy=False))
+            seen = [({k: v for k, v in info.items() if k not in NEXT_EPISODE_INFO} if ended[i] else info)
+                    if playing[i] else {} for i, info in enumerate(infos)]
+        self._note_step(infos, t, np.ones(len(infos), bool) if playing is None else playing)
+        self.notify("on_step", seen, t)
+        self.obs, self.episode_starts, self.recurrent_state = self.obs_to_device(obs), dones_t, next_state
+        return EnvStep(rewards_t, dones_t, playing_t, ended, infos)
+
+    def detach_state(self) -> None:
+        """Truncated backpropagation through time: no gradient flows from here into earlier steps."""
         self.recurrent_state = tuple(s.detach() for s in self.recurrent_state)
-        storage.start(self.recurrent_state)
-        agent.draw_exploration(self.envs.num_envs)
-        with agent.model.casting_once():
-            self._collect_steps(storage)
-        self._record_episodes()
-        batch = agent.make_batch(storage)
+
+    def collect(self) -> Any:
+        """The algorithm's batch for one update (its collector's), with the batch's games logged."""
+        self.ended_games, self.steps_before = [], [0]
+        batch = self.collector.collect(self)
+        self._record_games()
         self.statistics.merge()
         return batch
 
-    def _collect_steps(self, storage: RolloutStorage) -> None:
-        """The rollout itself: ``rollout_size`` steps of every env, and the values to bootstrap from."""
-        cfg, agent = self.config, self.agent
-        for t in range(cfg.rollout_size):
-            if cfg.speed.keep_graph:  # a speed setting: the update will train through this forward pass
-                actions, log_probs, logits, values, next_state = agent.act_with_graph(
-                    self.obs, self.recurrent_state, self.episode_starts)
-                storage.keep_outputs(logits, values)
-                values = values.detach()
-            else:
-                actions, log_probs, values, next_state = agent.act(self.obs, self.recurrent_state, self.episode_starts)
-            # The step's one read from the device: the envs need the actions.
-            obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
-            bootstrap = self._truncation_bootstrap(dones, infos, next_state)
-            self._note_episodes(infos, t)
-            self.notify("on_step", infos, t)
-            rewards_t, dones_t = self._step_arrays(rewards, dones)
-            storage.insert(t, self.obs, self.episode_starts, actions, values, rewards_t, dones_t, bootstrap, log_probs)
-            self.obs, self.episode_starts, self.recurrent_state = self._to_tensor(obs), dones_t, next_state
-        storage.finish(self.obs, agent.value(self.obs, self.recurrent_state, self.episode_starts))
-
-    def _truncation_bootstrap(self, dones: np.ndarray, infos: list[dict],
-                              next_state: tuple[torch.Tensor, ...]) -> Optional[torch.Tensor]:
-        """A time limit is not a death: ``gamma * V(terminal_obs)`` for each truncated env, else 0."""
-        idx = [i for i, info in enumerate(infos)
-               if dones[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
-        if not idx:
-            return None
-        terminal_obs = self.rare_to_device(np.stack([infos[i]["terminal_observation"] for i in idx]))
-        index = self.rare_to_device(np.asarray(idx, dtype=np.int64))
-        # The terminal observation continues the same episode: it reads the state that step produced.
-        state = tuple(s.index_select(0, index) for s in next_state)
-        values = self.agent.value(terminal_obs, state, torch.zeros(len(idx), device=self.device))
-        bootstrap = torch.zeros(self.config.num_envs, device=self.device)
-        return bootstrap.index_copy_(0, index, self.agent.gamma * values)
-
-    def _note_episodes(self, infos: list[dict], t: int) -> None:
-        """Note the games that ended at step ``t`` of the rollout (raw full-game returns, from the Monitor)."""
-        for i, info in enumerate(infos):
-            episode = info.get("episode")
+    def _note_step(self, infos: list[dict], t: int, playing: np.ndarray) -> None:
+        """Count step ``t``'s env steps (those of the envs ``playing``) and note the games that
+        ended there (raw full-game returns, from the Monitor), each with its place among them."""
+        for place, i in enumerate(np.flatnonzero(playing)):
+            episode = infos[i].get("episode")
             if episode is not None:
-                self.ended_games.append((t, i, float(episode["r"]), int(episode["l"])))
+                self.ended_games.append((t, place, float(episode["r"]), int(episode["l"])))
+        self.steps_before.append(self.steps_before[-1] + int(playing.sum()))
 
-    def _record_episodes(self) -> None:
-        """Count and log the rollout's finished games, those of every rank, each at the global env
+    def _record_games(self) -> None:
+        """Count and log the batch's finished games, those of every rank, each at the global env
         step where it ended (in a data-parallel run every rank counts them all, in step, rank, env order)."""
-        ranks = gather_games(self.ended_games, self.config.num_envs * self.config.rollout_size, self.context)
-        self.ended_games = []
-        games = sorted((t, rank, i, r, length) for rank, finished in enumerate(ranks) for t, i, r, length in finished)
-        for t, rank, i, episode_return, length in games:
-            step = self.episode_end_step(t, i, rank)
+        ranks = gather_games(self.ended_games, max(self.batch_steps, 1), self.context)
+        games = sorted((t, rank, place, r, length) for rank, finished in enumerate(ranks)
+                       for t, place, r, length in finished)
+        for t, rank, place, episode_return, length in games:
+            step = self.episode_end_step(t, place, rank)
             self.state.episodes.add(episode_return)
             self.new_episodes += 1
             self.metrics.scalar("episode/return", episode_return, step)
             self.metrics.scalar("episode/length", length, step)
             self.metrics.scalar("episode/return_mean100", self.state.episodes.mean, step)
 
-    def episode_end_step(self, t: int, i: int, rank: int = 0) -> int:
-        """The env step at which env i (of rank ``rank``)'s step t of the rollout falls, counting the
-        envs' steps of each rollout step in turn, rank by rank: every episode gets a step of its own
-        on the curves."""
-        envs = self.config.num_envs
-        return self.state.step + t * envs * self.context.world_size + rank * envs + i + 1
+    @property
+    def batch_steps(self) -> int:
+        """The env steps this rank has played in the batch so far."""
+        return self.steps_before[-1]
+
+    def episode_end_step(self, t: int, place: int, rank: int = 0) -> int:
+        """The env step at which a game ended: at step t of the batch, in the env at ``place`` among
+        those playing (env ``place`` when all play), of rank ``rank``. The envs' steps are counted
+        in turn, step by step, rank by rank (every rank plays as many), env by env: every game gets
+        a step of its own on the curves."""
+        playing = self.steps_before[t + 1] - self.steps_before[t]
+        world = self.context.world_size
+        return self.state.step + self.steps_before[t] * world + rank * playing + place + 1
 
     # ------------------------------------------------------------------ training
     def train(self) -> TrainingState:
@@ -209,7 +240,7 @@ class Runner:
                     batch = self.collect()
                     self.notify("on_rollout_end", batch)
                     stats = self.learn(batch)
-                    steps = self.env_steps(batch) * self.context.world_size  # the env steps of every rank
+                    steps = self.batch_steps * self.context.world_size  # the env steps of every rank
                     st.update += 1
                     st.step += steps
                     stats = self.context.mean(stats)  # the losses and rollout statistics of every rank
@@ -252,14 +283,10 @@ class Runner:
         cfg, st = self.config, self.state
         return st.update >= cfg.num_updates or (cfg.max_env_steps is not None and st.step >= cfg.max_env_steps)
 
-    def learn(self, batch: Batch) -> dict[str, float]:
+    def learn(self, batch: Any) -> dict[str, float]:
         """The algorithm's update on the batch (``agent.update``); the callbacks see the batch's loss
         before the weights change (the best-loss rule). The stats to log."""
         return self.agent.update(batch, self.state.update, on_loss=lambda loss: self.notify("on_loss", loss))
-
-    def env_steps(self, batch: Batch) -> int:
-        """Env steps that ``batch`` holds: every env, every step of the rollout."""
-        return self.config.steps_per_update
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
         """Finish the current update, then write a2c_last and leave (what Ctrl+C and SIGTERM do)."""
@@ -268,6 +295,63 @@ class Runner:
     def save(self, name: str, full: bool = True) -> str:
         """Write checkpoint ``name`` of the run as it stands (see ``checkpoints.py``)."""
         return self.checkpoints.save(name, self.state, full)
+
+
+class RolloutCollector:
+    """A2C's and PPO's batches: rollouts of ``rollout_size`` steps of every env, stored in a
+    :class:`storage.RolloutStorage`, which the agent turns into returns and advantages
+    (``agent.make_batch``). The envs play on across rollouts, and the recurrent state with them."""
+
+    histograms = ("advantages", "values", "returns")
+
+    def __init__(self, runner: Runner) -> None:
+        envs, config = runner.envs, runner.config
+        obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
+        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape,
+                                      runner.device, obs_dtype, action_shape=envs.action_space.shape or ())
+
+    def collect(self, runner: Runner) -> Batch:
+        """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
+        agent: RolloutAgent = runner.agent
+        runner.detach_state()
+        self.storage.start(runner.recurrent_state)
+        agent.draw_exploration(runner.envs.num_envs)
+        with agent.model.casting_once():
+            self.collect_steps(runner)
+        return agent.make_batch(self.storage)
+
+    def collect_steps(self, runner: Runner) -> None:
+        """The rollout itself: ``rollout_size`` steps of every env, and the values to bootstrap from."""
+        agent, storage = runner.agent, self.storage
+        for t in range(storage.rollout_size):
+            obs, starts = runner.obs, runner.episode_starts
+            if runner.config.speed.keep_graph:  # a speed setting: the update will train through this forward pass
+                actions, log_probs, logits, values, next_state = agent.act_with_graph(obs, runner.recurrent_state,
+                                                                                      starts)
+                storage.keep_outputs(logits, values)
+                values = values.detach()
+            else:
+                actions, log_probs, values, next_state = agent.act(obs, runner.recurrent_state, starts)
+            step = runner.step(actions, next_state, t)
+            bootstrap = self.truncation_bootstrap(runner, step, next_state)
+            storage.insert(t, obs, starts, actions, values, step.rewards, step.dones, bootstrap, log_probs)
+        storage.finish(runner.obs, agent.value(runner.obs, runner.recurrent_state, runner.episode_starts))
+
+    @staticmethod
+    def truncation_bootstrap(runner: Runner, step: EnvStep, next_state: State) -> Optional[torch.Tensor]:
+        """A time limit is not a death: ``gamma * V(terminal_obs)`` for each truncated env, else 0."""
+        infos = step.infos
+        idx = [i for i, info in enumerate(infos)
+               if step.ended[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
+        if not idx:
+            return None
+        terminal_obs = runner.rare_to_device(np.stack([infos[i]["terminal_observation"] for i in idx]))
+        index = runner.rare_to_device(np.asarray(idx, dtype=np.int64))
+        # The terminal observation continues the same episode: it reads the state that step produced.
+        state = tuple(s.index_select(0, index) for s in next_state)
+        values = runner.agent.value(terminal_obs, state, torch.zeros(len(idx), device=runner.device))
+        bootstrap = torch.zeros(len(infos), device=runner.device)
+        return bootstrap.index_copy_(0, index, runner.agent.gamma * values)
 
 
 def scheduled_lr(config: Config, update: int, step: int = 0) -> float:

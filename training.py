@@ -26,7 +26,7 @@ from model import CONV_ENCODERS
 from perf import has_fast_bf16
 import adr
 from randomize import check_randomizable, parse_physics
-from runner import save_settings
+from runner import Runner, save_settings
 from seeds import env_seed, sampling_seed, seed_everything
 from utils import UsageError, probe_writable
 
@@ -102,7 +102,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             seed_everything(sampling_seed(config.seed, context.rank, state.update))
         distributed.start(context, device)
         distributed.check_same_run(config, state.update, context)
-        distributed.broadcast_parameters([agent.model, *([agent.intrinsic] if agent.intrinsic else [])], context)
+        distributed.broadcast_parameters(agent.networks, context)
         agent.gradient_reducer = distributed.gradient_reducer(context)
         agent.sum_over_ranks = distributed.sum_over_ranks(context)
         run_dir = distributed.broadcast_object(run_dir, context)
@@ -127,7 +127,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
                                           history=config.history,
                                           obs_stats_from=envs if config.normalize_obs else None)
-        runner = algo.runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum)
+        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum,
+                        collector=algo.collector)
         final = runner.train()
         if writer is not None:
             writer.close()

@@ -97,15 +97,15 @@ def test_a_rollout_step_waits_for_the_gpu_only_for_the_actions(tmp_path):
         num_actions, _ = action_size(envs.action_space)
         agent = make_agent(config, envs.observation_space.shape, num_actions, "cuda")
         runner = Runner(agent, envs, config, str(tmp_path))
-        runner.storage.start(runner.recurrent_state)
-        runner._collect_steps(runner.storage)  # warm: cuDNN picks its kernels, buffers are allocated
-        runner.storage.start(runner.recurrent_state)
+        runner.collector.storage.start(runner.recurrent_state)
+        runner.collector.collect_steps(runner)  # warm: cuDNN picks its kernels, buffers are allocated
+        runner.collector.storage.start(runner.recurrent_state)
         torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                runner._collect_steps(runner.storage)
+                runner.collector.collect_steps(runner)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         # torch also warns once that its sync debug mode is a prototype: only the syncs count

@@ -160,14 +160,14 @@ def test_a_rollout_step_reads_the_device_once_and_an_update_once(make_runner, tm
     config = Config(env_name=env_name, num_envs=2, rollout_size=5, cuda=False, tensorboard=False, progress=False,
                     recurrent=True, **extra)
     runner = make_runner(config, tmp_path)
-    runner.storage.start(runner.recurrent_state)
+    runner.collector.storage.start(runner.recurrent_state)
     runner.agent.draw_exploration(config.num_envs)
     counts = device_reads
     counts.clear()
-    runner._collect_steps(runner.storage)
+    runner.collector.collect_steps(runner)
     # The actions, which the envs need: one read a step, and nothing else.
     assert counts == {"cpu": config.rollout_size, "numpy": config.rollout_size}
-    batch = runner.agent.make_batch(runner.storage)
+    batch = runner.agent.make_batch(runner.collector.storage)
     assert counts == {"cpu": config.rollout_size, "numpy": config.rollout_size}
     counts.clear()
     runner.state.best_loss = -float("inf")  # no a2c_best_loss to write (a file's tensors are read back)

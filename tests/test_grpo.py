@@ -19,9 +19,10 @@ from algorithms import make_agent
 from config import Config, Group
 from envs import action_size, make_vec_env
 from seeds import group_seeds
-from grpo import (GroupBatch, GroupRunner, GRPOAgent, episode_returns, group_advantages, grpo_loss,
+from grpo import (GroupBatch, GroupCollector, GRPOAgent, episode_returns, group_advantages, grpo_loss,
                   k3_kl)
 from callbacks import PhysicsHistograms
+from runner import Runner
 from model import build_model
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -192,7 +193,7 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
 
 
 # ------------------------------------------------------------------------------------------------ the runner
-def group_runner(tmp_path, **settings) -> GroupRunner:
+def group_runner(tmp_path, **settings) -> Runner:
     config = Config(env_name="CartPole-v1", algo="grpo", critic=False, recurrent=False, num_envs=6,
                     group=Group(size=3), seed=5, tensorboard=False, progress=False, **settings)
     seeds.seed_everything(config.seed)
@@ -200,7 +201,8 @@ def group_runner(tmp_path, **settings) -> GroupRunner:
                         randomize=config.randomize_every if config.randomize_domain == "uniform" else None)
     num_actions, continuous = action_size(envs.action_space)
     agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)
-    return GroupRunner(agent, envs, config, str(tmp_path))  # CartPole's time limit: rounds of 500 steps at most
+    # CartPole's time limit: rounds of 500 steps at most
+    return Runner(agent, envs, config, str(tmp_path), collector=GroupCollector)
 
 
 def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after_their_end(tmp_path):
@@ -212,6 +214,8 @@ def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after
             assert all(torch.equal(group[0], member) for member in group)  # one seed, one start
         assert not torch.equal(obs[0], obs[3])  # another group, another start
         drawn = next(c for c in runner.callbacks if isinstance(c, PhysicsHistograms)).drawn
+        # The envs' first reset and the round's: not the episodes the members' envs began after theirs.
+        assert len(drawn) == 2 * 6
         physics = drawn[-6:]  # randomized physics are drawn from the reset seed too
         assert physics[0] == physics[1] == physics[2] and physics[3] == physics[4] == physics[5]
         assert physics[0] != physics[3]

@@ -77,7 +77,7 @@ def test_training_logs_raw_space_invaders_scores_not_clipped_ones(space_invaders
     # The logged episode returns are the emulator's raw sums, game for game.
     assert logged == [raw for raw, _ in games]
     assert list(space_invaders_run["runner"].state.episodes.returns) == logged
-    rewards = space_invaders_run["runner"].storage.rewards
+    rewards = space_invaders_run["runner"].collector.storage.rewards
     assert set(rewards.unique().tolist()) <= {-1.0, 0.0, 1.0}  # while the learner trains on clipped ones
 
 

@@ -40,6 +40,6 @@ def test_bootstrap_value_does_not_advance_the_recurrent_state(make_runner, tmp_p
         # ... and the bootstrap value was computed from that very state.
         with torch.no_grad():
             expected = runner.agent.model.value(runner.obs, last, runner.episode_starts)
-        torch.testing.assert_close(runner.storage.last_values, expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(runner.collector.storage.last_values, expected, rtol=0, atol=1e-6)
     runner.collect()  # the next rollout is stored as starting from it
-    assert all(torch.equal(a, b) for a, b in zip(runner.storage.initial_state, last))
+    assert all(torch.equal(a, b) for a, b in zip(runner.collector.storage.initial_state, last))

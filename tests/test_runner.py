@@ -140,7 +140,7 @@ def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones
         raw.clear()
         states.clear()
         batch = runner.collect()
-        storage = runner.storage
+        storage = runner.collector.storage
         for t, (obs, rewards, dones, infos) in enumerate(raw):
             for i in range(config.num_envs):
                 expected = float(rewards[i])
