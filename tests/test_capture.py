@@ -1,0 +1,70 @@
+"""The compiled network (``--compile``, ``capture.py``) computes what the eager one computes: a
+rollout's losses and gradients agree to float tolerance, and nothing recompiles once a run's
+shapes have been seen. The CPU test compiles with AOT autograd's eager backend (the graphs the
+run captures, forward and backward, without generating kernels, which would take minutes on a
+small CPU); the ``cuda`` smoke tests run the default backend on a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capture import compile_network
+from model import build_model
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+def twin_networks():
+    networks = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        networks.append(build_model((4, 42, 42), 6, recurrent=True, hidden_size=32, conv_filters=8, lstm_norm=True,
+                                    core_skip=True))
+    eager, compiled = networks
+    return eager, compile_network(compiled, backend="aot_eager")
+
+
+def rollout_loss(model, obs, starts, bootstrap_sizes=(), steps=5):
+    """A rollout through the network as the runner acts (resets included), a loss that trains
+    through every step's outputs, and values bootstrapped for a few envs at a time; the loss and
+    the gradients."""
+    state = model.initial_state(obs.shape[1])
+    loss = 0.0
+    for t in range(steps):
+        logits, values, state = model(obs[t], state, starts[t])
+        loss = loss + torch.log_softmax(logits, -1)[:, 0].sum() + values.pow(2).sum()
+    for size in bootstrap_sizes:  # the values of a time limit's terminal observations
+        part = tuple(s[:size] for s in state)
+        loss = loss + model.value(obs[-1, :size], part, torch.zeros(size)).sum()
+    model.zero_grad()
+    loss.backward()
+    return loss.item(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_the_compiled_network_gives_the_eager_losses_and_gradients():
+    eager, compiled = twin_networks()
+    obs = torch.randint(0, 256, (5, 4, 4, 42, 42), dtype=torch.uint8)
+    starts = torch.zeros(5, 4)
+    starts[0], starts[3, 1] = 1, 1
+    loss, grads = rollout_loss(eager, obs, starts, bootstrap_sizes=(3,))
+    compiled_loss, compiled_grads = rollout_loss(compiled, obs, starts, bootstrap_sizes=(3,))
+    assert compiled_loss == pytest.approx(loss, rel=1e-6)
+    assert compiled_grads.keys() == grads.keys()  # the same parameter names: checkpoints do not change
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_nothing_recompiles_once_a_runs_shapes_were_seen():
+    _, compiled = twin_networks()
+    obs = torch.randint(0, 256, (5, 4, 4, 42, 42), dtype=torch.uint8)
+    starts = torch.zeros(5, 4)
+    starts[0] = 1
+    rollout_loss(compiled, obs, starts)  # warm-up: the one shape of a run's acting step
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        for update in range(3):  # new frames, other resets, bootstrap batches of any size: the same graph
+            obs = torch.randint(0, 256, (5, 4, 4, 42, 42), dtype=torch.uint8)
+            starts = (torch.rand(5, 4) < 0.2).float()
+            rollout_loss(compiled, obs, starts, bootstrap_sizes=(1, 2 + update % 2, 4))
+    finally:
+        torch.compiler.set_stance("default")
