@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from agent import Agent, agent_settings
-from config import Config
+from config import Config, non_negative, non_negative_int, positive_int, setting
 from envs import is_atari
 from icm import masked_mean
 from model import ActorCritic
@@ -52,6 +52,28 @@ if TYPE_CHECKING:
 
 # Returns of a group closer together than this count as equal: the group is skipped.
 EQUAL_RETURNS = 1e-6
+
+
+@dataclass
+class Group:
+    """GRPO's own settings (``config.group``); its clipped objective's are PPO's (``ppo.Clipped``)."""
+    size: int = setting(8, "Envs in a group: they reset with one seed (the same start state) and each member's "
+                           "advantage is its return against the group's (must divide --num-envs).",
+                        flag="--group-size", parse=positive_int, metavar="G")
+    horizon: int = setting(0, "Steps a member plays at most in a round (0: until its episode ends, within the env's "
+                              "own time limit).", parse=non_negative_int, metavar="T")
+    scale_by_std: bool = setting(True, "Divide each advantage by its group's standard deviation; --no-group-std: "
+                                       "the return minus the group's mean only, as Dr. GRPO.", flag="--group-std")
+    kl_coeff: float = setting(0.0, "Weight of the KL penalty to a reference policy (k3 estimator); 0: none.",
+                              parse=non_negative, metavar="C")
+    ref_interval: int = setting(10, "Updates between refreshes of the KL reference to the current policy (with "
+                                    "--kl-coeff).", parse=positive_int, metavar="N")
+
+
+# The settings of the clipped objective (PPO's block) that GRPO reads too.
+SHARED = ("clip.epochs", "clip.minibatches", "clip.eps")
+# The names these settings had in configs saved before PPO and GRPO shared one block.
+RENAMED = {"group.update_epochs": "clip.epochs", "group.minibatches": "clip.minibatches", "group.clip_eps": "clip.eps"}
 
 
 def episode_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -286,9 +308,20 @@ class GroupCollector:
                                       stacked["rewards"], stacked["mask"])
 
 
-# Settings of --algo grpo only: typed for another algorithm they are refused rather than ignored.
-SETTINGS = (*(f"group.{name}" for name in ("size", "horizon", "scale_by_std", "kl_coeff", "ref_interval")),
-            "clip.epochs", "clip.minibatches", "clip.eps")
+# --algo grpo on top of its env's defaults: no critic (nor reward normalization, which scales the
+# critic's targets and which an env's A2C recipe may turn on), Adam at PPO's 3e-4 (several epochs of
+# minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
+# (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length. A
+# round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
+DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam",
+                            "lr": 3e-4, "lr_schedule": "constant", "num_updates": 1_000_000,
+                            "max_env_steps": 1_000_000, "clip.epochs": 8, "clip.minibatches": 16,
+                            "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
+
+
+def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
+    """GRPO's defaults for ``env_name``: its env family's, with GRPO's on top."""
+    return {**family, **DEFAULTS}
 
 
 def check(config: Config) -> None:
@@ -301,6 +334,8 @@ def check(config: Config) -> None:
         if enabled:
             raise UsageError(f"--algo grpo trains without a critic and with group-relative returns; {flag} is for "
                              f"--algo a2c")
+    if config.randomize_domain == "adr":
+        raise UsageError("--randomize-domain adr is for --algo a2c and ppo (a GRPO group plays one physics)")
     size = config.group.size
     if size < 2:
         raise UsageError(f"--group-size must be at least 2 (a member's baseline is the rest of its group), got {size}")

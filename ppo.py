@@ -24,18 +24,40 @@ backpropagation through time), and each gradient step unrolls L steps, not T.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 
 from agent import RolloutAgent, rollout_settings, rollout_stats, standardized
-from config import Config
+from config import Config, positive_float, positive_int, setting
 from envs import is_atari
+from recipes import VECTOR_DEFAULTS
 from icm import masked_mean
 from metrics import read_back
 from model import ActorCritic
 from storage import Batch
 from utils import UsageError
+
+
+@dataclass
+class Clipped:
+    """The clipped objective's settings (``config.clip``), which ``--algo grpo`` shares."""
+    epochs: int = setting(10, "Passes over each batch, a PPO rollout or a GRPO round.", parse=positive_int,
+                          metavar="N")
+    minibatches: int = setting(32, "Minibatches per pass, one clipped gradient step each: of samples, of sequences "
+                                   "with --recurrent (PPO), of group members (GRPO).", parse=positive_int,
+                               metavar="N")
+    eps: float = setting(0.2, "The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate.",
+                         flag="--clip-eps", parse=positive_float, metavar="EPS")
+    sequence_length: int = setting(0, "With --recurrent: a rollout's env columns are cut into sequences of this many "
+                                      "steps, each run from the state the network reached there, and minibatches "
+                                      "hold sequences (0: whole columns; picked to fit the rollout unless typed).",
+                                   parse=positive_int, metavar="L")
+
+
+# The names these settings had in configs saved before PPO and GRPO shared one block.
+RENAMED = {"ppo.epochs": "clip.epochs", "ppo.minibatches": "clip.minibatches", "ppo.clip_eps": "clip.eps"}
 
 
 def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
@@ -162,8 +184,52 @@ class PPOAgent(RolloutAgent):
         return stats
 
 
-# Settings of --algo ppo only: typed for another algorithm they are refused rather than ignored.
-SETTINGS = ("clip.epochs", "clip.minibatches", "clip.eps", "clip.sequence_length")
+# --algo ppo (vector-observation envs) starts from SB3's PPO rather than from its env's A2C recipe:
+# Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy bonus, each
+# minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env steps. The
+# rollout is not kept with its graph (every minibatch runs its samples through the network again).
+# An update holds thousands of env steps, so it logs, draws histograms and saves more often.
+DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates": 488, "optimizer": "adam",
+                            "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95, "entropy_coeff": 0.0,
+                            "normalize_advantages": True, "clip.epochs": 10, "clip.minibatches": 32,
+                            "speed.keep_graph": False, "log_interval": 1, "histogram_interval": 10,
+                            "checkpoint_interval": 10}
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The RL Zoo's PPO on LunarLander-v2: 16 envs x 1024 steps, 4 epochs of minibatches of 64 (256),
+    # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Its entropy coefficient is a tenth of the
+    # Zoo's 0.01, whose agents play well only with --deterministic, and above 0, which left a seed
+    # short of landing (docs/control.md#ppo-reusing-each-rollout).
+    "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "clip.epochs": 4,
+                       "clip.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98, "entropy_coeff": 1e-3},
+}
+# The shortest sequence a recurrent network is cut into by default (or the whole rollout, if shorter):
+# shorter ones would leave the core little to remember.
+SHORTEST_SEQUENCE = 16
+
+
+def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
+    """PPO's defaults for ``env_name``: SB3's PPO and the Zoo's recipes, not the env family's A2C ones."""
+    return {**VECTOR_DEFAULTS, **DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
+
+
+def fit(config: Config, typed: set[str]) -> dict[str, Any]:
+    """A recurrent network's minibatches hold whole sequences: where a rollout's env columns are
+    fewer than its minibatches, they are cut into the longest sequences (dividing the rollout, of
+    at least ``SHORTEST_SEQUENCE`` steps) that give every minibatch one; where even those are too
+    few, the minibatches are as many as the sequences. Typed settings are kept."""
+    if not config.recurrent:
+        return {}
+    steps, envs, clip = config.rollout_size, config.num_envs, config.clip
+    length = clip.sequence_length or steps
+    if "clip.sequence_length" not in typed:
+        lengths = [n for n in range(min(steps, SHORTEST_SEQUENCE), steps + 1) if steps % n == 0]
+        fitting = [n for n in lengths if envs * (steps // n) >= clip.minibatches]
+        length = max(fitting) if fitting else min(lengths)
+    sequences = envs * (steps // length)
+    fitted: dict[str, Any] = {"clip.sequence_length": 0 if length == steps else length}
+    if clip.minibatches > sequences:
+        fitted["clip.minibatches"] = sequences
+    return fitted
 
 
 def check(config: Config) -> None:

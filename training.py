@@ -231,8 +231,6 @@ def check_physics(config: Config) -> None:
     if config.randomize_every != "episode":
         raise UsageError("--randomize-domain adr draws every episode's physics from its ranges: --randomize-every "
                          "is for --randomize-domain uniform")
-    if config.algo == "grpo":
-        raise UsageError("--randomize-domain adr is for --algo a2c and ppo (a GRPO group plays one physics)")
     if config.vec_env in ("subproc", "async"):
         raise UsageError("--randomize-domain adr moves one set of ranges that every env draws from: it needs the "
                          "envs in this process (--vec-env sync), not --vec-env async")

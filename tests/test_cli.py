@@ -38,7 +38,8 @@ def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_importing_main_loads_no_torch():
-    # torch is imported inside the functions that need it, so that --help and bad flags answer at once.
+    # torch is imported inside the functions that need it (the parser, for the flags each algorithm
+    # declares in its own file), so that a script can import main for a part of it.
     code = "import sys, main; assert 'torch' not in sys.modules, 'main imports torch'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
@@ -433,7 +434,7 @@ def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
 
 
 def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
-    from config import Config, Curiosity, setting_names
+    from config import Config, Curiosity, flag_of, setting_names
 
     dests = {action.dest for action in cli.build_parser()._actions if action.option_strings}
     assert set(setting_names()) <= dests  # every setting can be typed
@@ -448,7 +449,7 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
     flat.update(icm=True, icm_beta=0.3, icm_lambda=0.5, curiosity_coeff=2.0, extrinsic_coeff=1.0,
                 icm_normalize=False, icm_forward_grad=True)
     assert Config.from_dict(flat) == config
-    assert cli._flag("curiosity.policy_weight") == "--icm-lambda"
+    assert flag_of("curiosity.policy_weight") == "--icm-lambda"
 
 
 def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypatch):

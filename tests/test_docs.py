@@ -1,6 +1,6 @@
-"""The documentation against what it describes: docs/flags.md names every flag of the parser that
-``main.build_parser()`` builds (read live, so a flag added, renamed or removed there shows here),
-and no flag the parser lacks; every relative link of README.md and docs/ (images included) points
+"""The documentation against what it describes: docs/flags.md is made from the settings'
+declarations (``main.flags_page``) and names every flag of the parser that ``main.build_parser()``
+builds, and no flag the parser lacks; every relative link of README.md and docs/ (images included) points
 at a file that exists and, with an ``#anchor``, at a heading of that file."""
 from __future__ import annotations
 
@@ -65,6 +65,12 @@ def test_flags_md_names_every_flag_of_the_parser():
     assert len(required) > 50  # the parser was read
     missing = sorted(required - named_flags(read(FLAGS_MD)))
     assert not missing, f"flags main.py defines that docs/flags.md does not name: {', '.join(missing)}"
+
+
+def test_flags_md_is_made_from_the_settings_declarations():
+    """The page is main.flags_page(), so it cannot drift from the flags, their help and the defaults."""
+    assert read(FLAGS_MD) == main.flags_page(), (
+        "docs/flags.md is out of date: python -c \"import main; print(main.flags_page(), end='')\" > docs/flags.md")
 
 
 def test_every_flag_flags_md_names_is_one_the_parser_takes():

@@ -16,7 +16,7 @@ import checkpoints
 import main as cli
 import seeds
 from algorithms import make_agent
-from config import Config, Group
+from config import Config, with_settings
 from envs import action_size, make_vec_env
 from seeds import group_seeds
 from grpo import (GroupBatch, GroupCollector, GRPOAgent, episode_returns, group_advantages, grpo_loss,
@@ -194,8 +194,8 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
 
 # ------------------------------------------------------------------------------------------------ the runner
 def group_runner(tmp_path, **settings) -> Runner:
-    config = Config(env_name="CartPole-v1", algo="grpo", critic=False, recurrent=False, num_envs=6,
-                    group=Group(size=3), seed=5, tensorboard=False, progress=False, **settings)
+    config = with_settings(Config(env_name="CartPole-v1", algo="grpo", critic=False, recurrent=False, num_envs=6,
+                                  seed=5, tensorboard=False, progress=False, **settings), {"group.size": 3})
     seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed,
                         randomize=config.randomize_every if config.randomize_domain == "uniform" else None)

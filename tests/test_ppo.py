@@ -13,13 +13,14 @@ import torch
 from torch.distributions import Categorical
 from torch.testing import assert_close
 
+import algorithms  # noqa: F401  (the registry: every config made from here on holds PPO's block)
 import checkpoints
 import main as cli
 from agent import A2CAgent, a2c_loss
 from config import Config
 from model import build_model
-from ppo import PPOAgent, clipped_surrogate, ppo_loss
-from recipes import defaults_for
+from ppo import PPOAgent, clipped_surrogate, fit, ppo_loss
+from recipes import defaults_for, with_env_defaults
 from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -211,6 +212,25 @@ def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
     assert lander["num_envs"] * lander["rollout_size"] * lander["num_updates"] <= 1_000_000
     assert lander["num_envs"] * lander["rollout_size"] // lander["clip.minibatches"] == 64
     assert lander["entropy_coeff"] == 1e-3 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
+
+
+def test_a_recurrent_run_s_sequences_are_fitted_to_its_rollout_unless_typed():
+    """Minibatches of whole sequences: a rollout's columns are cut so that every minibatch gets one
+    (the longest such sequences, at least 16 steps), and typed settings stay as typed."""
+    def settings(*flags):
+        config, _, typed = cli.parse_args(["--env-name", "LunarLander-v3", "--algo", "ppo", *flags])
+        config = with_env_defaults(config, typed)
+        return config.num_envs, config.rollout_size, config.clip.sequence_length, config.clip.minibatches
+
+    # 16 envs x 1024 steps in 256 minibatches: 256 sequences of 64 steps, a minibatch of 64 samples as without memory.
+    assert settings("--recurrent") == (16, 1024, 64, 256)
+    assert settings() == (16, 1024, 0, 256)  # feed-forward: single samples, nothing to fit
+    assert settings("--recurrent", "--minibatches", "8") == (16, 1024, 0, 8)  # whole columns suffice
+    assert settings("--recurrent", "--num-envs", "2", "--rollout-size", "32") == (2, 32, 16, 4)  # too few: 4 minibatches
+    assert settings("--recurrent", "--sequence-length", "512") == (16, 1024, 512, 32)  # typed: as many as there are
+    # Typed minibatches that no sequence of 16 steps or more can serve are left to the check to refuse.
+    config = Config(algo="ppo", recurrent=True, num_envs=2, rollout_size=16)
+    assert fit(config, {"clip.minibatches"}) == {"clip.sequence_length": 0, "clip.minibatches": 2}
 
 
 # ------------------------------------------------------------------------------------------------ runs
