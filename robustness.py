@@ -63,28 +63,34 @@ def table(result: dict[str, Any]) -> str:
 
 
 def draw(results: Sequence[dict[str, Any]], labels: Sequence[str], path: str) -> None:
-    """One image: score against stickiness, a line for each agent (colour) and no-op start (solid:
-    none; dashed: the others), with its standard error as a band."""
+    """One image: score against stickiness, a panel for each game, in it a line for each agent
+    (colour) and no-op start (solid: none; dashed: up to 30), its standard error as a band."""
     from matplotlib.figure import Figure
 
+    from envs import game_of
     from plots import run_colours, save_png
 
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
+    games = list(dict.fromkeys(game_of(result["env_name"]) for result in results))
+    fig = Figure(figsize=(4.2 * len(games), 4.2))
+    axes = fig.subplots(1, len(games), squeeze=False)[0]
     styles = ["-", "--", ":", "-."]
-    for colour, label, result in zip(run_colours(len(results)), labels, results):
-        noops = sorted({c["noop_max"] for c in result["cells"]})
-        for style, noop in zip(styles, noops):
-            cells = sorted((c for c in result["cells"] if c["noop_max"] == noop), key=lambda c: c["sticky_actions"])
-            x = np.array([c["sticky_actions"] for c in cells])
-            mean = np.array([c["mean"] for c in cells])
-            err = np.nan_to_num(np.array([c["stderr"] for c in cells]))
-            ax.plot(x, mean, style, color=colour, marker="o", markersize=3, label=f"{label}, {noop_label(noop)}")
-            ax.fill_between(x, mean - err, mean + err, color=colour, alpha=0.12, linewidth=0)
-    ax.set_xlabel("sticky actions (probability a frame repeats the previous action)")
-    ax.set_ylabel("score (mean of whole games)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    for ax, game in zip(axes, games):
+        for colour, label, result in zip(run_colours(len(results)), labels, results):
+            if game_of(result["env_name"]) != game:
+                continue
+            noops = sorted({c["noop_max"] for c in result["cells"]})
+            for style, noop in zip(styles, noops):
+                cells = sorted((c for c in result["cells"] if c["noop_max"] == noop), key=lambda c: c["sticky_actions"])
+                x = np.array([c["sticky_actions"] for c in cells])
+                mean = np.array([c["mean"] for c in cells])
+                err = np.nan_to_num(np.array([c["stderr"] for c in cells]))
+                ax.plot(x, mean, style, color=colour, marker="o", markersize=3, label=f"{label}, {noop_label(noop)}")
+                ax.fill_between(x, mean - err, mean + err, color=colour, alpha=0.12, linewidth=0)
+        ax.set_title(game)
+        ax.set_xlabel("sticky actions")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="best")
+    axes[0].set_ylabel("score (mean of whole games)")
     fig.tight_layout()
     save_png(fig, path)
 
