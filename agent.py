@@ -76,7 +76,11 @@ class RMSpropTF(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
 
     @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        loss = None
+        if closure is not None:  # torch's optimizers' contract: the closure recomputes the loss
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is None:
@@ -87,6 +91,7 @@ class RMSpropTF(torch.optim.Optimizer):
                 square_avg = state["square_avg"]
                 square_avg.mul_(group["alpha"]).addcmul_(param.grad, param.grad, value=1 - group["alpha"])
                 param.addcdiv_(param.grad, (square_avg + group["eps"]).sqrt_(), value=-group["lr"])
+        return loss
 
 
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:

@@ -32,7 +32,6 @@ import torch
 from agent import RolloutAgent, rollout_settings, rollout_stats, standardized
 from config import Config, positive_float, positive_int, setting
 from envs import is_atari
-from recipes import VECTOR_DEFAULTS
 from icm import masked_mean
 from metrics import read_back
 from model import ActorCritic
@@ -185,12 +184,13 @@ class PPOAgent(RolloutAgent):
 
 
 # --algo ppo (vector-observation envs) starts from SB3's PPO rather than from its env's A2C recipe:
-# Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy bonus, each
-# minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env steps. The
-# rollout is not kept with its graph (every minibatch runs its samples through the network again).
-# An update holds thousands of env steps, so it logs, draws histograms and saves more often.
-DEFAULTS: dict[str, Any] = {"num_envs": 8, "rollout_size": 256, "num_updates": 488, "optimizer": "adam",
-                            "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95, "entropy_coeff": 0.0,
+# feed-forward, Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy
+# bonus, each minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env
+# steps. The rollout is not kept with its graph (every minibatch runs its samples through the network
+# again). An update holds thousands of env steps, so it logs, draws histograms and saves more often.
+DEFAULTS: dict[str, Any] = {"recurrent": False, "num_envs": 8, "rollout_size": 256, "num_updates": 488,
+                            "optimizer": "adam", "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95,
+                            "entropy_coeff": 0.0,
                             "normalize_advantages": True, "clip.epochs": 10, "clip.minibatches": 32,
                             "speed.keep_graph": False, "log_interval": 1, "histogram_interval": 10,
                             "checkpoint_interval": 10}
@@ -209,7 +209,7 @@ SHORTEST_SEQUENCE = 16
 
 def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
     """PPO's defaults for ``env_name``: SB3's PPO and the Zoo's recipes, not the env family's A2C ones."""
-    return {**VECTOR_DEFAULTS, **DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
+    return {**DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
 
 
 def fit(config: Config, typed: set[str]) -> dict[str, Any]:
