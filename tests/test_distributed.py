@@ -109,9 +109,10 @@ def test_job_trains_one_agent_and_says_what_is_per_rank(job):
     lines = job["out"].strip().splitlines()  # rank 0 alone prints
     assert lines[0].startswith("device: cpu (") and lines[0].endswith("float32")
     assert lines[1] == f"run directory: {job['run_dir']}"
-    assert lines[2] == ("data-parallel: 2 processes (Gloo, cpu) x 2 envs (--num-envs is per process) = 4 envs; "
+    assert lines[2].startswith("protocol: no sticky actions")  # an Atari game: the emulator it trains in
+    assert lines[3] == ("data-parallel: 2 processes (Gloo, cpu) x 2 envs (--num-envs is per process) = 4 envs; "
                         "batch per update 4 x 5 = 20 env steps")
-    assert lines[3].startswith(f"{6 * STEPS_PER_UPDATE} env steps, 6 updates, ") and len(lines) == 4
+    assert lines[4].startswith(f"{6 * STEPS_PER_UPDATE} env steps, 6 updates, ") and len(lines) == 5
     last = torch.load(os.path.join(job["run_dir"], "a2c_last"), weights_only=True)
     assert (last["update"], last["step"], last["world_size"]) == (6, 6 * STEPS_PER_UPDATE, 2)
     assert {"a2c_last", "a2c_best_loss", "config.json"} <= set(os.listdir(job["run_dir"]))
