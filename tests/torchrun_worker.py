@@ -35,16 +35,16 @@ def main(out_dir: str, argv: list[str]) -> int:
         os.replace(path + ".tmp", path)
 
     write()
-    make_vec_env, note, learn, train = (envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.learn,
+    make_vec_env, note, learn, train = (envs.make_vec_env, runner.Runner._note_step, runner.Runner.learn,
                                         runner.Runner.train)
 
     def recording_make_vec_env(env_name, num_envs, n_stack=4, seed=0, *args, **kwargs):
         record["env_seeds"] += [seed + i for i in range(num_envs)]
         return make_vec_env(env_name, num_envs, n_stack, seed, *args, **kwargs)
 
-    def recording_note(self, infos, t):
-        record["own_games"] += sum("episode" in info for info in infos)
-        return note(self, infos, t)
+    def recording_note(self, infos, t, playing):
+        record["own_games"] += sum("episode" in info for info, plays in zip(infos, playing) if plays)
+        return note(self, infos, t, playing)
 
     def recording_learn(self, batch):
         stats = learn(self, batch)
@@ -59,7 +59,7 @@ def main(out_dir: str, argv: list[str]) -> int:
                    os.path.join(out_dir, f"rank{rank}.pt"))
         return state
 
-    envs.make_vec_env, runner.Runner._note_episodes, runner.Runner.learn, runner.Runner.train = (
+    envs.make_vec_env, runner.Runner._note_step, runner.Runner.learn, runner.Runner.train = (
         recording_make_vec_env, recording_note, recording_learn, recording_train)
     code = cli.main(argv)
     record["exit_code"] = code
