@@ -288,6 +288,7 @@ class GroupCollector:
         self.groups = runner.config.num_envs // runner.config.group.size
 
     def collect(self, runner: "Runner") -> GroupBatch:
+        """One round: the groups reset with this update's seeds, each member's episode played to its end."""
         config, agent = runner.config, runner.agent
         runner.reset(group_seeds(config.seed, runner.state.update, self.groups, config.group.size))
         # Which members are still in their episode, kept on the host (the loop reads it every step).
