@@ -176,6 +176,9 @@ class Speed:
     tf32: bool = setting(False, "On a GPU, let cuDNN's convolutions and cuBLAS's matmuls compute float32 in TF32 "
                                 "(10 bits of mantissa; Ampere and later): faster, and changes the arithmetic. Off: "
                                 "float32 is float32.")
+    compile: bool = setting(False, "Compile the network with torch.compile (capture.py): fewer kernel launches a "
+                                   "step, the same function; the first updates pay the compilation. Off by default: "
+                                   "not yet measured faster on a GPU, and slower to start on a CPU.")
 
 
 @dataclass

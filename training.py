@@ -16,6 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import distributed
 from algorithms import algorithm, make_agent
+from capture import compile_network
 from checkpoints import TrainingState, catch_up_bests, check_checkpoint_fits, restore
 from config import Config, with_settings
 from devices import describe, nondeterministic_parts, pick_device
@@ -85,6 +86,8 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     try:
         obs_shape, (num_actions, continuous) = envs.observation_space.shape, action_size(envs.action_space)
         agent = make_agent(config, obs_shape, num_actions, device, continuous=continuous)
+        if config.speed.compile:  # a speed setting: the same network, fewer kernel launches a step
+            compile_network(agent.model)
         state = TrainingState()
         if checkpoint is not None:
             check_checkpoint_fits(checkpoint, resume, obs_shape, num_actions, config.env_name)

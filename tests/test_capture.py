@@ -68,3 +68,20 @@ def test_nothing_recompiles_once_a_runs_shapes_were_seen():
             rollout_loss(compiled, obs, starts, bootstrap_sizes=(1, 2 + update % 2, 4))
     finally:
         torch.compiler.set_stance("default")
+
+
+def test_a_run_with_compile_learns_what_the_eager_run_learns(tmp_path, monkeypatch):
+    import training
+    from tiny_run import train
+
+    compiled = []
+    monkeypatch.setattr(training, "compile_network",
+                        lambda model: compiled.append(model) or compile_network(model, backend="aot_eager"))
+    flags = ("--env-name", "CartPole-v1", "--num-updates", "4")
+    eager_run = train(tmp_path / "eager", *flags)
+    compiled_run = train(tmp_path / "compiled", *flags, "--compile")
+    assert len(compiled) == 1  # --compile reached the run, and only that one
+    eager, other = (torch.load(f"{run}/a2c_last", weights_only=True)["model"] for run in (eager_run, compiled_run))
+    assert eager.keys() == other.keys()  # the checkpoint's names do not change
+    for name, weight in eager.items():
+        torch.testing.assert_close(other[name], weight, rtol=1e-5, atol=1e-6, msg=name)
