@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from torch.distributions import Categorical, Distribution
 
-from config import OPTIMIZERS, Config
+from config import OPTIMIZERS, Config, optimizer_name
 from icm import ICM, RunningStd
 from model import ActorCritic, State, build_model, older_parameter_order
 from storage import Batch, RolloutStorage, compute_returns, shuffled_minibatches
@@ -95,11 +95,12 @@ class RMSpropTF(torch.optim.Optimizer):
 
 
 def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    """``rmsprop``: :class:`RMSpropTF` (alpha 0.99, eps 1e-5); ``adam``: Adam (eps 1e-5);
+    """``rmsprop-tf`` (or its older name ``rmsprop``): :class:`RMSpropTF` (alpha 0.99, eps 1e-5); ``adam``: Adam (eps 1e-5);
     ``torch-rmsprop``: ``torch.optim.RMSprop`` (alpha 0.99, eps 1e-5), what checkpoints before
     :class:`RMSpropTF` were trained with; ``rmsprop-debiased``: torch's RMSprop with a
     bias-corrected square average (Adam with betas (0, 0.99), eps 1e-5)."""
-    if name == "rmsprop":
+    name = optimizer_name(name)
+    if name == "rmsprop-tf":
         return RMSpropTF(params, lr=lr, alpha=0.99, eps=1e-5)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=1e-5)
@@ -133,13 +134,13 @@ class Agent:
     # batch; None: one process.
     sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
-    def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop",
+    def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop-tf",
                  entropy_coeff: float = 0.01, max_grad_norm: float = 0.5, gamma: float = 0.99,
                  trained: Sequence[nn.Module] = ()) -> None:
         self.model = model
         self.networks = [model, *trained]  # what the optimizer trains, in its order
         self.params = [param for network in self.networks for param in network.parameters()]
-        self.optimizer_name = optimizer
+        self.optimizer_name = optimizer_name(optimizer)  # older names read as today's
         self.optimizer = make_optimizer(optimizer, self.params, lr)
         self.entropy_coeff, self.max_grad_norm, self.gamma = entropy_coeff, max_grad_norm, gamma
         # State-dependent exploration's weights for the current rollout (see draw_exploration).

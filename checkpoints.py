@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from config import Config, get_setting, with_settings
+from config import Config, get_setting, optimizer_name, with_settings
 from envs import game_of, id_sticky_actions, is_atari
 from metrics import EpisodeStats
 from seeds import rng_state, set_rng_state
@@ -117,17 +117,18 @@ def load_checkpoint(path: str) -> dict[str, Any]:
 def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint of an older format in the current one, meaning what it meant when it was written.
 
-    Format 1 named ``torch.optim.RMSprop`` "rmsprop"; that name is now the TensorFlow form, so a
-    format-1 run is resumed with the optimizer (and the optimizer state) it was trained with.
+    Format 1 named ``torch.optim.RMSprop`` "rmsprop", format 2 the TensorFlow form, now "rmsprop-tf":
+    either resumes with the optimizer (and the optimizer state) it was trained with.
     """
     config = data.get("config", {})
     if config.get("sticky_actions") is None and is_atari(data.get("env_name", "")):
         config["sticky_actions"] = id_sticky_actions(data["env_name"])  # older runs trained under the id's own
-    if data["format"] == "recurrent-a2c/1":
-        for holder, key in ((data.get("config", {}), "optimizer"), (data, "optimizer_name")):
-            if holder.get(key) == "rmsprop":
-                holder[key] = "torch-rmsprop"
-        data["format"] = CHECKPOINT_FORMAT
+    # Format 1's "rmsprop" was torch's; format 2's is TensorFlow's form, now named "rmsprop-tf".
+    renamed = "torch-rmsprop" if data["format"] == "recurrent-a2c/1" else optimizer_name("rmsprop")
+    for holder, key in ((config, "optimizer"), (data, "optimizer_name")):
+        if holder.get(key) == "rmsprop":
+            holder[key] = renamed
+    data["format"] = CHECKPOINT_FORMAT
     return data
 
 

@@ -13,7 +13,14 @@ from typing import Any, Callable, Optional, Sequence
 
 from seeds import SEED_LIMIT
 
-OPTIMIZERS = ("rmsprop", "adam", "torch-rmsprop", "rmsprop-debiased")  # see agent.make_optimizer
+OPTIMIZERS = ("torch-rmsprop", "rmsprop-tf", "adam", "rmsprop-debiased")  # see agent.make_optimizer
+# Names an optimizer had before: "rmsprop" was TensorFlow's form (in checkpoints of format 2 and typed flags).
+OPTIMIZER_ALIASES = {"rmsprop": "rmsprop-tf"}
+
+
+def optimizer_name(text: str) -> str:
+    """An optimizer's name as ``OPTIMIZERS`` spells it, from its name or an older one (argparse type)."""
+    return OPTIMIZER_ALIASES.get(text, text)
 RANDOMIZE_EVERY = ("episode", "never")  # when --randomize-domain draws an env's physics
 RANDOMIZE_DOMAIN = ("uniform", "adr")  # what --randomize-domain draws from (randomize.py, adr.py)
 SCHEDULES = ("constant", "linear")  # --lr-schedule, --entropy-schedule
@@ -120,11 +127,13 @@ class Curiosity:
     enabled: bool = setting(False, "Intrinsic Curiosity Module (Pathak et al. 2017): adds a curiosity reward and "
                                    "its losses.", flag="--icm")
     eta: float = setting(0.01, "eta: intrinsic reward = eta/2 * forward-model error (with --icm).",
-                         flag="--curiosity-coeff", parse=non_negative, metavar="ETA")
+                         flag="--icm-eta", aliases=("--curiosity-coeff",), parse=non_negative,
+                         metavar="ETA")
     beta: float = setting(0.2, "beta: curiosity loss = (1 - beta) * inverse loss + beta * forward loss (with "
                                "--icm).", flag="--icm-beta", parse=unit_interval, metavar="BETA")
     policy_weight: float = setting(0.1, "lambda: objective = lambda * A2C loss + curiosity loss (with --icm).",
-                                   flag="--icm-lambda", parse=non_negative, metavar="LAMBDA")
+                                   flag="--icm-policy-weight", aliases=("--icm-lambda",),
+                                   parse=non_negative, metavar="LAMBDA")
     extrinsic_coeff: float = setting(1.0, "Weight of the game's reward when curiosity is on; 0 trains on curiosity "
                                           "alone (with --icm).", parse=non_negative, metavar="C")
     normalize: bool = setting(False, "Divide intrinsic rewards by their running standard deviation (with --icm).",
@@ -135,7 +144,7 @@ class Curiosity:
 
 
 @dataclass
-class Curriculum:
+class ADRSettings:
     """Automatic domain randomization's settings (``--randomize-domain adr``; OpenAI et al. 2019; ``adr.py``)."""
     low: Optional[float] = setting(None, "A range narrows when the mean return of --adr-episodes episodes played at "
                                          "its edge is below this (None: the env's; LunarLander 100, CartPole 300) "
@@ -220,7 +229,7 @@ class Config:
                                "the env's default.", metavar="NAME=X[,NAME=X]")
     randomize_every: str = setting("episode", "With --randomize-domain: episode draws new physics at every reset; "
                                               "never keeps each env's first draw.", choices=RANDOMIZE_EVERY)
-    adr: Curriculum = block(Curriculum, "Automatic domain randomization's settings (see :class:`Curriculum`).")
+    adr: ADRSettings = block(ADRSettings, "Automatic domain randomization's settings (see :class:`ADRSettings`).")
     obs_history: int = setting(1, "Vector observations the policy sees at each step: the current one and the "
                                   "obs_history - 1 before it in the episode (zeros before its start).",
                                parse=positive_int, metavar="K")
@@ -290,12 +299,14 @@ class Config:
                                          parse=unit_interval, metavar="SHARE")
     max_grad_norm: float = setting(0.5, "Gradients are clipped to this global norm.",
                                    parse=positive_float, aliases=("--max-grad_norm",))
-    optimizer: str = setting("torch-rmsprop", "torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop: "
+    optimizer: str = setting("torch-rmsprop", "torch-rmsprop: torch.optim.RMSprop (alpha 0.99, eps 1e-5); rmsprop-tf "
+                                              "(also rmsprop): "
                                               "RMSprop as TensorFlow computes it (the square average starts at 1, "
                                               "eps inside the root), which keeps a plain LSTM alive but learns "
                                               "slowly; adam (eps 1e-5); rmsprop-debiased: torch.optim.RMSprop's "
                                               "formula with the square average bias-corrected (Adam without "
-                                              "momentum: betas 0 and 0.99, eps 1e-5).", choices=OPTIMIZERS)
+                                              "momentum: betas 0 and 0.99, eps 1e-5).", choices=OPTIMIZERS,
+                             parse=optimizer_name)
     lr: float = setting(7e-4, "Learning rate.", parse=positive_float)
     lr_schedule: str = setting("constant", "constant, or linear decay to 0 at the last update.", choices=SCHEDULES)
     lr_decay_start: float = setting(0.0, "With lr_schedule linear: the share of the run, from 0 to 1, trained at "
@@ -356,8 +367,8 @@ class Config:
         return self.num_envs * self.rollout_size
 
     @property
-    def history(self) -> tuple[int, bool]:
-        """What the policy sees of a vector-observation env besides its observation (``gym_vec_env.History``)."""
+    def observation_window(self) -> tuple[int, bool]:
+        """What the policy sees of a vector-observation env besides its observation (``gym_vec_env.ObservationWindow``)."""
         return self.obs_history, self.prev_action_reward
 
     @property
@@ -377,7 +388,7 @@ class Config:
         return with_settings(cls(), {k: v for k, v in upgraded_settings(values).items() if k in known})
 
 
-BLOCKS = {"curiosity": Curiosity, "adr": Curriculum, "speed": Speed}  # Config's blocks, by the field that holds each
+BLOCKS = {"curiosity": Curiosity, "adr": ADRSettings, "speed": Speed}  # Config's blocks, by the field that holds each
 # The blocks of settings that algorithms declare in their own files, by name (``clip``: ppo.Clipped,
 # ``group``: grpo.Group), added by the registry (algorithms.register) with add_algorithm_block.
 ALGORITHM_BLOCKS: dict[str, type] = {}
@@ -445,7 +456,7 @@ def flag_names(name: str) -> tuple[str, ...]:
 
 
 def flag_of(name: str) -> str:
-    """The flag that sets setting ``name`` (``"curiosity.policy_weight"``: ``--icm-lambda``)."""
+    """The flag that sets setting ``name`` (``"curiosity.policy_weight"``: ``--icm-policy-weight``)."""
     return flag_names(name)[0]
 
 

@@ -147,7 +147,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
                  randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
                  wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84,
-                 adr: Any = None, history: tuple[int, bool] = (1, False),
+                 adr: Any = None, observation_window: tuple[int, bool] = (1, False),
                  sticky_actions: Optional[float] = None) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
@@ -168,8 +168,8 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     from the seed, afresh at every reset (``"episode"``) or once (``"never"``); ``physics`` gives
     every env the same (a cell of an evaluation grid); ``adr`` (an ``adr.ADR``) draws them from
     its ranges, which move with the returns (in this process only). ``wrap(i, env)`` wraps env i further
-    (e.g. a video recorder), outside its physics. ``history`` (non-Atari envs): what
-    ``gym_vec_env.History`` shows the policy, (observations, previous action and reward).
+    (e.g. a video recorder), outside its physics. ``observation_window`` (non-Atari envs): what
+    ``gym_vec_env.ObservationWindow`` shows the policy, (observations, previous action and reward).
     """
     check_env_id(env_name)
     check_sticky_actions(sticky_actions, env_name)
@@ -180,7 +180,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
                              "needs the envs in this process (--vec-env sync), not --vec-env async")
         if randomize is not None or physics is not None or adr is not None:
             wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
-        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap, history=history)
+        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap, observation_window=observation_window)
         try:
             _check_spaces(env_name, venv.observation_space, venv.action_space)
         except UsageError:
@@ -188,7 +188,7 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
             raise
         return venv
     if (env_kwargs is not None or randomize is not None or physics is not None or wrap is not None or adr is not None
-            or history != (1, False)):
+            or observation_window != (1, False)):
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
@@ -232,7 +232,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
                    full_action_space: bool = False, video_dir: Optional[str] = None,
                    max_episodes_per_env: Union[int, Sequence[int], None] = None,
                    max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84,
-                   history: tuple[int, bool] = (1, False)) -> VecEnv:
+                   observation_window: tuple[int, bool] = (1, False)) -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol`` (a name of ``PROTOCOLS``, or
     a `Protocol` of its own, e.g. one cell of ``robustness.py``): observations
     ``[num_envs, n_stack, frame_size, frame_size]`` uint8, as in training (see ``envs.make_vec_env``). Any other
@@ -251,7 +251,7 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
     actions. ``max_episode_frames`` replaces the protocol's cap on a game's emulator frames
     (steps, for other envs; a time-limit truncation, meant for short test games). With
     ``video_dir`` (made if missing), env i records its games there (see `GameRecorder`), at most
-    ``max_episodes_per_env`` of them (an int for every env, or one per env; None: all). ``history``:
+    ``max_episodes_per_env`` of them (an int for every env, or one per env; None: all). ``observation_window``:
     what other envs show the policy, as in training (``make_vec_env``). Episode
     numbers are unique across envs, for Atari and other envs alike: with one cap per env (e.g.
     `episode_shares`) env i numbers its games after the caps of envs 0..i-1, so the numbers run
@@ -296,10 +296,10 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
     if not atari:
         if video_dir is None:
             return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames,
-                                history=history)
+                                observation_window=observation_window)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
         return GymVecEnv(env_name, num_envs, seed, "sync", [{"render_mode": "rgb_array"}] * num_envs,
-                         max_episode_frames, wrap=record, history=history)
+                         max_episode_frames, wrap=record, observation_window=observation_window)
 
     settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
     env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,

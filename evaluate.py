@@ -136,12 +136,12 @@ class PeriodicEvaluator:
     def __init__(self, env_name: str, episodes: int, seed: int, n_stack: int = 4, frame_size: int = 84,
                  num_envs: Optional[int] = None,
                  max_episode_frames: Optional[int] = None, vec_env: str = "dummy",
-                 obs_stats_from: Optional[VecEnv] = None, history: tuple[int, bool] = (1, False)) -> None:
+                 obs_stats_from: Optional[VecEnv] = None, observation_window: tuple[int, bool] = (1, False)) -> None:
         self.episodes = episodes
         self.generator = torch.Generator().manual_seed(seed)
         self.envs = make_eval_envs(env_name, num_envs or min(episodes, 8), seed, "classic", n_stack,
                                    max_episode_frames=max_episode_frames, vec_env=vec_env, frame_size=frame_size,
-                                   history=history)
+                                   observation_window=observation_window)
         # With --normalize-obs: the training envs, whose statistics each evaluation plays with, frozen.
         self.obs_stats_from = obs_stats_from
         self.envs = normalized(self.envs, obs_stats_from is not None, False, training=False)

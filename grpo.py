@@ -13,7 +13,7 @@ episode (a member that has finished is masked out of every later step, which nev
 
 Advantage of member i of group g, with ``G_i`` its discounted return over its episode::
 
-    A_i = (G_i - mean_g(G)) / std_g(G)      (or without the division: --no-group-std, Dr. GRPO)
+    A_i = (G_i - mean_g(G)) / std_g(G)      (or without the division: --no-group-scale-by-std, Dr. GRPO)
 
 the same for every step of the member's episode. A group whose returns are all equal carries no
 signal: its members are left out of the loss (and counted), never divided by a zero spread.
@@ -62,8 +62,9 @@ class Group:
                         flag="--group-size", parse=positive_int, metavar="G")
     horizon: int = setting(0, "Steps a member plays at most in a round (0: until its episode ends, within the env's "
                               "own time limit).", parse=non_negative_int, metavar="T")
-    scale_by_std: bool = setting(True, "Divide each advantage by its group's standard deviation; --no-group-std: "
-                                       "the return minus the group's mean only, as Dr. GRPO.", flag="--group-std")
+    scale_by_std: bool = setting(True, "Divide each advantage by its group's standard deviation; "
+                                       "--no-group-scale-by-std: the return minus the group's mean only, as Dr. GRPO.",
+                                 flag="--group-scale-by-std", aliases=("--group-std",))
     kl_coeff: float = setting(0.0, "Weight of the KL penalty to a reference policy (k3 estimator); 0: none.",
                               parse=non_negative, metavar="C")
     ref_interval: int = setting(10, "Updates between refreshes of the KL reference to the current policy (with "

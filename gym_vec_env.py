@@ -15,7 +15,7 @@ terminal one. No fake transition reaches a rollout.
 Each env is wrapped in ``RecordEpisodeStatistics``: the episode's raw return and length arrive in
 ``infos[i]["episode"]`` (``{"r", "l"}``) on the step it ends, as from SB3's ``Monitor``.
 
-:class:`History` (``--obs-history``, ``--prev-action-reward``) lets a feed-forward policy see
+:class:`ObservationWindow` (``--obs-history``, ``--prev-action-reward``) lets a feed-forward policy see
 more than the current observation: the ones before it, and what it did and got one step ago.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from control import workers_ignore_stop_signals
 VECTOR_MODES = ("sync", "async")  # gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (a process an env)
 
 
-class History(gym.Wrapper):
+class ObservationWindow(gym.Wrapper):
     """The observation the policy sees: the last ``length`` observations of the episode, newest
     first (zeros before its first), and with ``actions_rewards`` the previous action (one-hot for
     ``Discrete`` actions, as sent for ``Box`` ones) and the previous raw reward (zeros at the
@@ -86,12 +86,12 @@ class History(gym.Wrapper):
 
 
 def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int], rank: int,
-              wrap: Optional[Callable[[int, gym.Env], gym.Env]], history: tuple[int, bool] = (1, False)) -> gym.Env:
+              wrap: Optional[Callable[[int, gym.Env], gym.Env]], observation_window: tuple[int, bool] = (1, False)) -> gym.Env:
     extra = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     env = gym.make(env_id, **kwargs, **extra)
     env = env if wrap is None else wrap(rank, env)
-    if history != (1, False):
-        env = History(env, *history)
+    if observation_window != (1, False):
+        env = ObservationWindow(env, *observation_window)
     return RecordEpisodeStatistics(env)
 
 
@@ -114,22 +114,22 @@ class GymVecEnv(VecEnv):
     ``wrap``, when given, wraps each env under its ``RecordEpisodeStatistics``: env i is
     ``RecordEpisodeStatistics(wrap(i, gym.make(env_id, ...)))`` (e.g. ``video.GameRecorder``,
     which needs ``render_mode="rgb_array"`` in ``env_kwargs``; a wrapper that writes files is
-    best run in ``sync`` mode). ``history``: (observations, previous action and reward) that
-    :class:`History` shows the policy; (1, False), the default, is the observation alone.
+    best run in ``sync`` mode). ``observation_window``: (observations, previous action and reward) that
+    :class:`ObservationWindow` shows the policy; (1, False), the default, is the observation alone.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0, mode: str = "sync",
                  env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
                  max_episode_steps: Optional[int] = None,
                  wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None,
-                 history: tuple[int, bool] = (1, False)) -> None:
+                 observation_window: tuple[int, bool] = (1, False)) -> None:
         if mode not in VECTOR_MODES:
             raise ValueError(f"unknown vector mode {mode!r} (one of {', '.join(VECTOR_MODES)})")
         kwargs = list(env_kwargs) if env_kwargs is not None else [{} for _ in range(num_envs)]
         if len(kwargs) != num_envs:
             raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
         makers: list[Callable[[], gym.Env]] = [
-            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap, history)) for i, k in enumerate(kwargs)]
+            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap, observation_window)) for i, k in enumerate(kwargs)]
         if mode == "sync":
             self.envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         else:

@@ -56,7 +56,7 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
         return evaluate(model, envs, episodes, deterministic, generator=generator)
 
     grid = play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play,
-                       history=Config.from_dict(checkpoint.get("config", {})).history)
+                       observation_window=Config.from_dict(checkpoint.get("config", {})).observation_window)
     cells = grid.pop("cells")
     for cell in cells:
         physics = randomize.cell_kwargs(env_name, **{name: cell[name] for name in grid["axes"]})
@@ -66,7 +66,7 @@ def evaluate_grid(model: ActorCritic, env_name: str, episodes: int, seed: int, *
 
 
 def play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int], max_episode_steps: Optional[int],
-               play: Callable[[Any], EvalResult], history: tuple[int, bool] = (1, False)) -> dict[str, Any]:
+               play: Callable[[Any], EvalResult], observation_window: tuple[int, bool] = (1, False)) -> dict[str, Any]:
     """``play(envs)`` in every cell of the grid, on ``num_envs`` envs seeded ``seed + i``; the grid dict
     (also how bench/grid_report.py plays random actions over it)."""
     names, axes = randomize.grid(env_name)
@@ -75,7 +75,7 @@ def play_cells(env_name: str, episodes: int, seed: int, num_envs: Optional[int],
     for values in itertools.product(*axes):
         where = dict(zip(names, values))
         envs = make_vec_env(env_name, n, seed=seed, vec_env="sync", max_episode_frames=max_episode_steps,
-                            physics=randomize.cell_kwargs(env_name, **where), history=history)
+                            physics=randomize.cell_kwargs(env_name, **where), observation_window=observation_window)
         try:
             result = play(envs)
         finally:

@@ -85,7 +85,7 @@ def play(config: Config, settings: Config, checkpoint: dict[str, Any], load: str
     # The env path the agent was trained on (its preprocessing), unless --vec-env is typed.
     envs = make_eval_envs(env_name, num_envs, seed, played, settings.n_stack, full_action_space, video_dir,
                           episode_shares(episodes, num_envs), max_frames, vec_env=settings.vec_env,
-                          frame_size=settings.frame_size, history=settings.history)
+                          frame_size=settings.frame_size, observation_window=settings.observation_window)
     # The observation statistics the agent was saved with, frozen.
     envs = normalized(envs, settings.normalize_obs, False, training=False)
     load_normalizer(envs, checkpoint)

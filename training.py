@@ -79,7 +79,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                         config.max_episode_frames,
                         randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
                         physics=parse_physics(config.env_name, config.physics) if config.physics else None,
-                        frame_size=config.frame_size, adr=curriculum, history=config.history,
+                        frame_size=config.frame_size, adr=curriculum, observation_window=config.observation_window,
                         sticky_actions=config.sticky_actions)
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
@@ -128,7 +128,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                                           env_seed(config.seed, evaluation=True),
                                           config.n_stack, config.frame_size,
                                           max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
-                                          history=config.history,
+                                          observation_window=config.observation_window,
                                           obs_stats_from=envs if config.normalize_obs else None)
         runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum,
                         collector=algo.collector)

@@ -449,7 +449,7 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
     flat.update(icm=True, icm_beta=0.3, icm_lambda=0.5, curiosity_coeff=2.0, extrinsic_coeff=1.0,
                 icm_normalize=False, icm_forward_grad=True)
     assert Config.from_dict(flat) == config
-    assert flag_of("curiosity.policy_weight") == "--icm-lambda"
+    assert flag_of("curiosity.policy_weight") == "--icm-policy-weight"
 
 
 def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypatch):

@@ -302,7 +302,7 @@ def test_grpo_learns_cartpole(tmp_path):
     ([*GRPO, "--normalize-reward"], "--normalize-reward is for --algo a2c"),
     (["--env-name", "PongNoFrameskip-v4", "--algo", "grpo"], "works on vector-observation envs"),
     (["--env-name", "CartPole-v1", "--group-size", "4"], "--group-size is for --algo grpo"),
-    (["--env-name", "CartPole-v1", "--no-group-std"], "--group-std is for --algo grpo"),
+    (["--env-name", "CartPole-v1", "--no-group-std"], "--group-scale-by-std is for --algo grpo"),
 ])
 def test_bad_grpo_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])

@@ -1,4 +1,4 @@
-"""What the policy sees of a vector-observation env besides its observation (``gym_vec_env.History``,
+"""What the policy sees of a vector-observation env besides its observation (``gym_vec_env.ObservationWindow``,
 ``--obs-history``, ``--prev-action-reward``): the layout worked by hand, the reset, the vector env's
 same-step autoreset, and a run that trains, plays, resumes and refuses what it cannot take."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import main
-from gym_vec_env import GymVecEnv, History
+from gym_vec_env import GymVecEnv, ObservationWindow
 
 
 def test_the_layout_newest_first_with_the_last_action_and_reward():
-    env = History(gym.make("CartPole-v1"), length=3, actions_rewards=True)
+    env = ObservationWindow(gym.make("CartPole-v1"), length=3, actions_rewards=True)
     assert env.observation_space.shape == (3 * 4 + 2 + 1,)
     obs0, _ = env.reset(seed=0)
     first = obs0[:4]
@@ -31,7 +31,7 @@ def test_the_layout_newest_first_with_the_last_action_and_reward():
 
 
 def test_a_continuous_action_is_seen_as_sent():
-    env = History(gym.make("Pendulum-v1"), length=1, actions_rewards=True)
+    env = ObservationWindow(gym.make("Pendulum-v1"), length=1, actions_rewards=True)
     assert env.observation_space.shape == (3 + 1 + 1,)
     env.reset(seed=0)
     obs, reward, *_ = env.step(np.array([0.5], np.float32))
@@ -39,7 +39,7 @@ def test_a_continuous_action_is_seen_as_sent():
 
 
 def test_the_vector_env_ends_an_episode_with_its_own_history_and_starts_the_next_clean():
-    envs = GymVecEnv("CartPole-v1", 1, seed=0, history=(2, True))
+    envs = GymVecEnv("CartPole-v1", 1, seed=0, observation_window=(2, True))
     obs = envs.reset()
     assert obs.shape == (1, 2 * 4 + 3)
     previous = obs[0, :4]
