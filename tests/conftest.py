@@ -1,13 +1,8 @@
-"""Shared pytest setup: make the flat project modules (storage, model, agent, ...) importable."""
+"""Shared pytest setup (pytest.ini's ``pythonpath = .`` makes the project and ``bench`` importable)."""
 import os
-import sys
 
 import pytest
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -45,11 +45,13 @@ def free_port() -> int:
 
 def torchrun(out_dir, *flags: str, launcher: tuple[str, ...] = ("--standalone", "--nproc-per-node", "2"),
              **popen) -> subprocess.Popen:
-    """A torchrun job of tests/torchrun_worker.py (which runs ``main.main``), recording into ``out_dir``."""
+    """A torchrun job of tests/torchrun_worker.py (which runs ``main.main``), recording into ``out_dir``; the
+    worker runs as a script from tests/, and finds the project through PYTHONPATH."""
     os.makedirs(out_dir, exist_ok=True)
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *launcher, WORKER, str(out_dir), *flags],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, **popen)
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}, **popen)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """One rank of a torchrun job in tests/test_distributed.py: ``main.main`` as ``main.py`` runs it,
 recording what the tests read of this rank into OUT_DIR.
 
-    torchrun ... tests/torchrun_worker.py OUT_DIR MAIN_FLAGS...
+    PYTHONPATH=REPO torchrun ... tests/torchrun_worker.py OUT_DIR MAIN_FLAGS...
 
 Writes ``rank<R>.json`` (this rank's pid when it starts; then also the env seeds it built its envs
 with, the games that ended on its own envs, the loss of its own shard at each update and its
@@ -14,11 +14,8 @@ import json
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def main(out_dir: str, argv: list[str]) -> int:
-    sys.path.insert(0, REPO)
     import torch
 
     import envs
