@@ -412,28 +412,3 @@ def test_two_launchers_meet_as_two_nodes_and_train_one_agent(tmp_path):
               for node in range(2) for name in os.listdir(tmp_path / f"node{node}") if name.endswith(".json")]
     assert sorted(seed for final in finals for seed in final["env_seeds"]) == [5, 6, 7, 8]
 
-
-# ------------------------------------------------------------------------------------------------ bench/scaling.py
-def test_scaling_bench_launches_each_world_size_and_reads_its_curves():
-    from bench import scaling
-
-    args = scaling.parse_args(["--learn-envs", "8"])
-    assert scaling.command(1, ["--seed", "1"]) == [sys.executable, os.path.join(REPO, "main.py"), "--seed", "1"]
-    assert scaling.command(2, [])[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    # One process of 8 envs; the same batch over 2 ranks; twice the batch.
-    assert scaling.learning_setups(args) == [(1, 8), (2, 4), (2, 8)]
-    points = [(40, 10.0), (80, 20.0), (120, 30.0)]
-    assert [scaling.value_at(points, step) for step in (30, 100, 500)] == [None, 20.0, 30.0]
-    assert scaling.median_speed([(20, 1.0), (40, 500.0), (60, 700.0), (80, 600.0)]) == 600.0  # start-up left out
-    speed = [{"world_size": 1, "vec_env": "dummy", "envs_per_rank": 8, "steps_per_second": 500.0, "env_steps": 8000,
-              "cpu_s": 20.0},
-             {"world_size": 2, "vec_env": "dummy", "envs_per_rank": 8, "steps_per_second": 900.0, "env_steps": 16000,
-              "cpu_s": 40.0}]
-    learning = [{"world_size": 2, "envs_per_rank": 4, "batch": 40, "steps_per_second": 100.0 * seed,
-                 "mean100_at": {"15000": 10.0 * seed, "30000": None}} for seed in (1, 3)]
-    assert scaling.summary_lines(speed, learning) == [
-        "speed  --vec-env dummy, world 1 x 8 envs:     500 env steps/s (1.00x world size 1); 2.5 CPU s a 1000 env "
-        "steps, start-up included",
-        "speed  --vec-env dummy, world 2 x 8 envs:     900 env steps/s (1.80x world size 1); 2.5 CPU s a 1000 env "
-        "steps, start-up included",
-        "learn  world 2 x 4 envs (batch 40), 2 seed(s): mean100   20.0 at 15k, none at 30000; 200 env steps/s"]
