@@ -1,17 +1,10 @@
-"""Ship a trained agent: a checkpoint cut down to its weights, as small as it can be without
-changing its scores, with the record of how it plays, for ``agents/``.
+"""Ship a trained agent: a checkpoint cut down to its weights, in float16 where every score of
+``--episodes`` games (played in float16 and float32, the same seed) stays the same, else float32,
+with the record of those scores and of ``--check-episodes`` games that ``tests/test_agents.py``
+replays exactly. Play it with ``python main.py --eval --load agents/NAME``.
 
-    python bench/ship_agent.py RUN/a2c_best_reward agents/pong --episodes 30 \\
+    python -m bench.ship_agent RUN/a2c_best_reward agents/pong --episodes 30 \\
         --command "python main.py --env-name PongNoFrameskip-v4 --seed 42 --num-updates 62500"
-
-1. The weights are played in float16 and in float32 on the same games (``--episodes`` games,
-   evaluation seed ``--seed``, ``--protocol``, sampled actions unless ``--deterministic``). The
-   float16 copy is shipped when every score equals the float32 copy's; otherwise float32.
-2. The shipped file records those scores (mean, spread, the seed and protocol, the env steps it
-   trained for, the command that trained it) and a short check, ``--check-episodes`` games that
-   ``tests/test_agents.py`` replays and must score exactly alike.
-
-Anyone plays it with ``python main.py --eval --load agents/NAME --episodes 10``.
 """
 from __future__ import annotations
 
@@ -24,13 +17,10 @@ from typing import Any
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import main as cli  # noqa: E402
-from checkpoints import agent_file, atomic_save, load_checkpoint  # noqa: E402
-from utils import UsageError  # noqa: E402
+import main as cli
+from bench import positive
+from checkpoints import agent_file, atomic_save, load_checkpoint
+from utils import UsageError
 
 
 def play(path: str, episodes: int, seed: int, protocol: str, deterministic: bool) -> list[float]:
@@ -64,8 +54,8 @@ def ship(source: str, target: str, *, episodes: int, check_episodes: int, seed: 
               "env_steps": int(checkpoint["step"]), "source": os.path.basename(source), "command": command}
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     atomic_save(agent_file(checkpoint, dtype, record), target)
-    record["check"] = {"episodes": check_episodes, "scores": play(target, check_episodes, seed, protocol,
-                                                                  deterministic)}
+    record["check"] = {"episodes": check_episodes,
+                       "scores": play(target, check_episodes, seed, protocol, deterministic)}
     atomic_save(agent_file(checkpoint, dtype, record), target)
     return record
 
@@ -74,25 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", help="a checkpoint of this project (a2c_best_reward, a2c_last, ...)")
     p.add_argument("target", help="the agent file to write, e.g. agents/pong")
-    p.add_argument("--episodes", type=int, default=30, help="games the record is scored over")
-    p.add_argument("--check-episodes", type=int, default=2, help="games the test replays")
+    p.add_argument("--episodes", type=positive, default=30, help="games the record is scored over")
+    p.add_argument("--check-episodes", type=positive, default=2, help="games the test replays")
     p.add_argument("--seed", type=int, default=42, help="evaluation seed (main.py --eval --seed)")
     p.add_argument("--protocol", choices=["classic", "machado"], default="classic")
     p.add_argument("--deterministic", action="store_true", help="the most probable action, not a sampled one")
     p.add_argument("--command", default="", help="the command that trained it, for the record")
     args = p.parse_args(argv)
-    if args.episodes < 1 or args.check_episodes < 1:
-        print("error: --episodes and --check-episodes must be positive", file=sys.stderr)
-        return 2
     try:
         record = ship(args.checkpoint, args.target, episodes=args.episodes, check_episodes=args.check_episodes,
                       seed=args.seed, protocol=args.protocol, deterministic=args.deterministic, command=args.command)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    size = os.path.getsize(args.target)
-    print(f"{args.target}: {record['dtype']}, {size / 1024:.0f} KiB, {record['env_steps']} env steps; mean "
-          f"{record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
+    print(f"{args.target}: {record['dtype']}, {os.path.getsize(args.target) / 1024:.0f} KiB, {record['env_steps']} "
+          f"env steps; mean {record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
           f"(float32: {record['float32_mean']:.2f}); check {record['check']['scores']}")
     return 0
 

@@ -4,7 +4,6 @@ says (bench/ship_agent.py wrote both)."""
 import glob
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ from checkpoints import agent_file, atomic_save, load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENTS = sorted(path for path in glob.glob(os.path.join(ROOT, "agents", "*")) if not path.endswith(".md"))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def test_agents_are_shipped():
@@ -40,7 +38,7 @@ def test_a_shipped_agent_loads_anywhere_and_plays_its_recorded_scores(path, tmp_
 
 
 def test_an_agent_file_keeps_the_weights_and_plays_as_the_checkpoint(tmp_path):
-    import ship_agent
+    from bench import ship_agent
 
     assert cli.main(["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "3", "--no-progress",
                      "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path)]) == 0
