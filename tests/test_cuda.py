@@ -2,7 +2,7 @@
 gSDE with ``--cuda``, checkpoints that load anywhere, and the reads back from the GPU in a rollout.
 
 Marked ``cuda``: skipped on a machine without CUDA (CI has none). ``python -m pytest -m cuda`` runs
-them alone; ``python bench/gpu.py smoke`` runs them and records the result.
+them alone; ``python -m bench.gpu smoke`` runs them and records the result.
 """
 import glob
 import os
