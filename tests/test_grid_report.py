@@ -1,6 +1,6 @@
-"""The physics grid's report (physics_grid.py, bench/grid_report.py): cells inside the training physics told from held-out ones, random play's
-floor, the worst decile, the fraction of a specialist's ceiling, the heat maps, and bench/study.py
---grid with --baseline and --specialists."""
+"""The physics grid's report (physics_grid.py, bench/grid_report.py): cells inside the training physics
+told from held-out ones, random play's floor, the worst decile, the fraction of a specialist's
+ceiling, the heat maps, and a study's runs compared, with --baseline and --specialists."""
 from __future__ import annotations
 
 import glob
@@ -14,8 +14,9 @@ import pytest
 
 import main
 from agent import load_model
-from bench import grid_report, study
-from bench.grid_report import _play_random, draw_difference, fraction_of_ceiling, random_grid, worst_decile
+from bench import grid_report
+from bench.grid_report import draw_difference, fraction_of_ceiling, random_grid, worst_decile
+from bench.random_agent import play_random
 from checkpoints import atomic_save, load_checkpoint
 from envs import make_vec_env
 from physics_grid import draw_heatmaps, evaluate_grid, held_out_table, mean_table, region_means, run_training_ranges
@@ -116,7 +117,7 @@ def test_random_continuous_actions_stay_between_the_bounds():
     step = envs.step
     envs.step = lambda actions: taken.append(actions) or step(actions)
     try:
-        result = _play_random(envs, 2, np.random.default_rng(0))
+        result = play_random(envs, 2, np.random.default_rng(0))
     finally:
         envs.close()
     actions = np.concatenate(taken)
@@ -229,49 +230,106 @@ def test_the_heat_maps_are_written_with_held_out_cells_and_differences(tmp_path)
         assert (tmp_path / image).stat().st_size > 10_000
 
 
-# ------------------------------------------------------------------------------------------------ the study
-def test_the_grid_study_with_a_baseline_and_a_specialist(tmp_path, capsys, monkeypatch):
-    for name, flags in (("plain", []), ("dr", ["--randomize-domain"]), ("spec", ["--physics", "gravity=5,length=0.25"]),
-                        ("off", ["--physics", "gravity=6,length=0.25"])):
-        assert main.main(["--env-name", "CartPole-v1", *TINY, "--seed", "1", "--log-dir",
-                          str(tmp_path / f"{name}_seed1"), *flags]) == 0
+# ------------------------------------------------------------------------------------------------ a study's runs
+def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
+    for name, stamp, last in (("a_seed1", "20260101-000000", True), ("a_seed2", "20260101-000000", True),
+                              ("a_seed2", "20260102-000000", False)):  # a start that stopped before a2c_last
+        run_dir = tmp_path / name / f"CartPole-v1_{stamp}_seed{name[-1]}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text("{}")
+        if last:
+            (run_dir / "a2c_last").write_bytes(b"")
+    (tmp_path / "ab_seed1" / "CartPole-v1_20260101-000000_seed1").mkdir(parents=True)  # another configuration
+    assert grid_report.grid_run_dirs(str(tmp_path), "a") == [
+        (1, str(tmp_path / "a_seed1" / "CartPole-v1_20260101-000000_seed1")),
+        (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2"))]
+
+
+@pytest.fixture(scope="module")
+def cartpole_runs(tmp_path_factory) -> str:
+    """One-update CartPole runs as a study lays them out: plain (seeds 1, 2), dr (uniform draws) and two
+    specialists, on a grid cell and off it."""
+    root = tmp_path_factory.mktemp("study")
+    for name, seed, flags in (("plain", 1, []), ("plain", 2, []), ("dr", 1, ["--randomize-domain"]),
+                              ("spec", 1, ["--physics", "gravity=5,length=0.25"]),
+                              ("off", 1, ["--physics", "gravity=6,length=0.25"])):
+        assert main.main(["--env-name", "CartPole-v1", *TINY, "--seed", str(seed), "--log-dir",
+                          str(root / f"{name}_seed{seed}"), *flags]) == 0
+    return str(root)
+
+
+@pytest.fixture
+def cartpole_study(cartpole_runs, tmp_path, monkeypatch) -> str:
+    """A fresh copy of ``cartpole_runs``, whose main.py evaluations run in this process."""
+    import shutil
 
     def in_process(command: list[str], check: bool) -> None:  # main.py's own command line, without a new python
         assert command[:2] == [sys.executable, os.path.join(ROOT, "main.py")] and check
         assert main.main(command[2:]) == 0
 
-    monkeypatch.setattr(study.subprocess, "run", in_process)
-    common = ["--grid", "--log-dir", str(tmp_path), "--episodes", "2", "--max-episode-steps", "10"]
-    for argv, message in (
-            (["--specialists", "plain"], "--specialists: plain: trained on the default physics"),
-            (["--specialists", "off"], "gravity=6,length=0.25 is not a cell of the CartPole-v1 grid"),
-            (["--baseline", "spec"], "--baseline: spec is not one of --configs (plain dr)")):
-        with pytest.raises(SystemExit) as exc:
-            study.main([*common, "--configs", "plain", "dr", *argv])
-        assert exc.value.code == 2 and message in capsys.readouterr().err
-    assert not glob.glob(str(tmp_path / "*" / "*" / "a2c_last_*"))  # refused before playing
+    monkeypatch.setattr(grid_report.subprocess, "run", in_process)
+    return shutil.copytree(cartpole_runs, str(tmp_path / "study"))
 
-    out = tmp_path / "cmp"
-    assert study.main([*common, "--configs", "plain", "dr", "--baseline", "plain", "--specialists", "spec",
-                       "--episodes-default", "3", "--out", str(out)]) == 0
-    text = (tmp_path / "cmp.md").read_text()
-    results = json.loads((tmp_path / "cmp.json").read_text())
+
+@pytest.mark.parametrize("argv, message", [
+    (["--configs", "nothing"], "no runs of nothing in --log-dir"),
+    (["--configs", "../up"], "not a configuration name: '../up'"),
+    (["--configs", "plain", "dr", "--baseline", "spec"], "--baseline: spec is not one of --configs (plain dr)"),
+    (["--configs", "plain", "--baseline", "plain"], "--baseline: --configs names no configuration to compare with"),
+    (["--configs", "plain", "--specialists", "plain"], "--specialists: plain: trained on the default physics"),
+    (["--configs", "plain", "--specialists", "off"], "gravity=6,length=0.25 is not a cell of the CartPole-v1 grid"),
+    (["--configs", "plain", "--episodes-default", "0"], "expected a positive integer, got '0'"),
+])
+def test_bad_comparisons_are_refused_before_anything_plays(cartpole_study, argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        grid_report.main(["--log-dir", cartpole_study, *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not glob.glob(os.path.join(cartpole_study, "*", "*", "a2c_last_*"))
+
+
+def test_each_configuration_over_its_seeds(cartpole_study):
+    assert grid_report.main(["--log-dir", cartpole_study, "--configs", "plain", "dr", "--episodes", "1"]) == 0
+    rows = [line for line in open(os.path.join(cartpole_study, "grid.md")).read().splitlines()
+            if line.startswith(("| plain", "| dr"))]
+    assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
+    results = json.load(open(os.path.join(cartpole_study, "grid.json")))
+    plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
+    assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
+    plain, dr = ([column.strip() for column in row.strip("|").split("|")] for row in rows)
+    # CartPole's default gravity, 9.8, is no grid value: the plain runs held out every cell, the randomized none.
+    assert plain[4] == plain[2] and dr[4] == "–"
+    assert plain[7] == dr[7] == "–"  # no specialists, no ceiling
+    defaults = [run["default_physics"] for run in results["plain"]]
+    assert [d["episodes"] for d in defaults] == [30, 30]  # --episodes-default's default, on the default physics
+    assert f"{np.mean([d['mean'] for d in defaults]):.1f} ({defaults[0]['mean']:.1f}, {defaults[1]['mean']:.1f})" \
+        in rows[0]
+    assert all(os.path.exists(os.path.join(run["run_dir"], "a2c_last_physics_grid.png")) for run in results["dr"])
+    assert open(os.path.join(cartpole_study, "grid.png"), "rb").read()[:4] == b"\x89PNG"
+
+
+def test_a_comparison_with_a_baseline_and_a_specialist(cartpole_study):
+    assert grid_report.main(["--log-dir", cartpole_study, "--configs", "plain", "dr", "--baseline", "plain",
+                             "--specialists", "spec", "--episodes", "2", "--episodes-default", "3"]) == 0
+    text = open(os.path.join(cartpole_study, "grid.md")).read()
+    results = json.load(open(os.path.join(cartpole_study, "grid.json")))
     report = results["_report"]
     (ceiling,) = report["ceilings"]
-    spec_grid = json.loads(open(glob.glob(str(tmp_path / "spec_seed1" / "*" / "a2c_last_physics_grid.json"))[0]).read())
+    spec_grid = json.load(open(glob.glob(os.path.join(cartpole_study, "spec_seed1", "*",
+                                                      "a2c_last_physics_grid.json"))[0]))
     assert (ceiling["gravity"], ceiling["length"], ceiling["specialist"]) == (5.0, 0.25, "spec")
     assert ceiling["ceiling"] == grid_report.cell_mean(spec_grid, {"gravity": 5.0, "length": 0.25})
     assert ceiling["floor"] == grid_report.cell_mean(report["floor"], {"gravity": 5.0, "length": 0.25})
     assert report["floor"]["seed"] == spec_grid["seed"] and report["floor"]["policy"] == "random"
     for name in ("plain", "dr"):
-        (run,) = results[name]
-        assert run["default_physics"]["episodes"] == 3
-        assert run["summary"]["default_physics"] == run["default_physics"]["mean"]
-        (cell,) = run["ceiling_fraction"]
-        expected = fraction_of_ceiling(cell["score"], ceiling["floor"], ceiling["ceiling"])
-        assert cell["fraction"] == (None if math.isnan(expected) else pytest.approx(expected))
-    plain, dr = (results[name][0]["summary"]["mean"] for name in ("plain", "dr"))
+        for run in results[name]:
+            assert run["default_physics"]["episodes"] == 3
+            assert run["summary"]["default_physics"] == run["default_physics"]["mean"]
+            (cell,) = run["ceiling_fraction"]
+            expected = fraction_of_ceiling(cell["score"], ceiling["floor"], ceiling["ceiling"])
+            assert cell["fraction"] == (None if math.isnan(expected) else pytest.approx(expected))
+    plain = np.mean([run["summary"]["mean"] for run in results["plain"]])
+    dr = results["dr"][0]["summary"]["mean"]
     assert report["rows"][1]["mean_minus_baseline"] == pytest.approx(dr - plain)
     row = next(line for line in text.splitlines() if line.startswith("| dr | 1 |"))
     assert row.endswith(f"| {dr - plain:+.1f} |") and "| – |" in row  # no held-out cell after uniform draws
-    assert (tmp_path / "cmp_diff.png").read_bytes()[:4] == b"\x89PNG"
+    assert open(os.path.join(cartpole_study, "grid_diff.png"), "rb").read()[:4] == b"\x89PNG"

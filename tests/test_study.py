@@ -1,5 +1,4 @@
-"""bench/study.py: configurations, update counts, steps-to-reach, the table, one tiny study end to end, and
---grid, its runs compared over the physics grid (bench/grid_report.py)."""
+"""bench/study.py: configurations, update counts, steps-to-reach, the table, and one tiny study end to end."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench import grid_report, study
+from bench import study
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -56,20 +55,9 @@ def test_flags_main_py_refuses_or_the_study_sets_itself_are_refused(flags, messa
     (["--configs", "a=", "--flags=--lr 0"], "configuration a: argument --lr: expected a positive number"),
     (["--configs", "oops"], "expected NAME=FLAGS"),
     (["--configs", "a=", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
-    (["--configs", "a=", "--steps", "0"], "expected a positive whole number of env steps"),
-    ([], "give the configurations"),
-    (["--configs", "a=", "--episodes", "3"], "--episodes is for --grid"),
-    (["--grid"], "--grid: give the configurations to compare: --configs NAME ..."),
-    (["--grid", "--configs", "a"], "--grid: no runs of a in --log-dir"),
-    (["--grid", "--configs", "../up"], "--configs: not a configuration name: '../up'"),
-    (["--grid", "--report-only", "--configs", "a"], "--grid and --report-only: give one"),
-    (["--configs", "a=", "--baseline", "a"], "--baseline is for --grid"),
-    (["--configs", "a=", "--specialists", "s"], "--specialists is for --grid"),
-    (["--configs", "a=", "--episodes-default", "5"], "--episodes-default is for --grid"),
-    (["--grid", "--configs", "a", "b", "--baseline", "c"], "--baseline: c is not one of --configs (a b)"),
-    (["--grid", "--configs", "a", "--baseline", "a"], "--baseline: --configs names no configuration to compare with a"),
-    (["--grid", "--configs", "a", "--specialists", "../s"], "--specialists: not a configuration name: '../s'"),
-    (["--grid", "--configs", "a", "--episodes-default", "0"], "expected a positive integer, got '0'"),
+    (["--configs", "a=", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+    ([], "the following arguments are required: --configs"),
+    (["--configs", "a=", "--parallel", "0"], "expected a positive integer, got '0'"),
 ])
 def test_the_command_line_refuses_bad_studies_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
@@ -77,13 +65,6 @@ def test_the_command_line_refuses_bad_studies_before_training(argv, message, cap
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not os.listdir(tmp_path)  # nothing started
-
-
-def test_steps_are_taken_in_any_plain_spelling():
-    assert study._steps("1500000") == study._steps("1_500_000") == study._steps("1.5e6") == 1_500_000
-    for bad in ("0", "-5", "1.5", "x", "inf"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            study._steps(bad)
 
 
 # ------------------------------------------------------------------------------------------------ update counts
@@ -116,7 +97,6 @@ def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_fla
     assert resumed[-len(flags) - 2:] == ["--num-updates", "9", *flags]
     with pytest.raises(ValueError):
         study.run_command("PongNoFrameskip-v4", 7, 9, flags)
-    assert study.run_name("roll20", 7) == "roll20_seed7"
 
 
 # ------------------------------------------------------------------------------------------------ the figures
@@ -178,8 +158,7 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     argv = ["--configs", "a=", "b=--rollout-size 2", "--flags", "--num-envs 2 --max-episode-frames 40 "
             "--log-interval 1 --no-cuda", "--steps", "40", "--parallel", "2", "--log-dir", str(log_dir),
             "--out", str(out), "--reach", "-21", "5"]
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "study.py"), *argv], capture_output=True,
-                            text=True, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-m", "bench.study", *argv], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| a | none | 42 | 40 | 19 | not reached | 0.00 |" in result.stdout
     assert "| b | `--rollout-size 2` | 42 | 40 | 19 | not reached | 0.00 |" in result.stdout
@@ -204,54 +183,3 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     assert len([d for d in (log_dir / "a_seed42").iterdir() if d.is_dir()]) == 1
     assert json.loads((tmp_path / "report" / "tiny.json").read_text())["rows"] == rows
 
-    # --report-only finds the runs by their run files, without being told the configurations.
-    assert study.main(["--report-only", "--log-dir", str(log_dir), "--reach", "-21"]) == 0
-    report = (log_dir / "study.md").read_text()
-    assert "flags of all runs: `--num-envs 2 --max-episode-frames 40 --log-interval 1 --no-cuda`" in report
-    assert "| a | none | 42 | 40 | 19 |" in report and "| b | `--rollout-size 2` | 42 | 40 | 19 |" in report
-
-
-# ------------------------------------------------------------------------------------------------ --grid
-def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
-    for name, stamp, last in (("a_seed1", "20260101-000000", True), ("a_seed2", "20260101-000000", True),
-                              ("a_seed2", "20260102-000000", False)):  # a start that stopped before a2c_last
-        run_dir = tmp_path / name / f"CartPole-v1_{stamp}_seed{name[-1]}"
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text("{}")
-        if last:
-            (run_dir / "a2c_last").write_bytes(b"")
-    (tmp_path / "ab_seed1" / "CartPole-v1_20260101-000000_seed1").mkdir(parents=True)  # another configuration
-    assert grid_report.grid_run_dirs(str(tmp_path), "a") == [
-        (1, str(tmp_path / "a_seed1" / "CartPole-v1_20260101-000000_seed1")),
-        (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2"))]
-
-
-def test_the_grid_mode_tables_each_configuration_over_its_seeds(tmp_path, capsys):
-    import main
-
-    for name, seed, flags in (("plain", 1, []), ("plain", 2, []), ("dr", 1, ["--randomize-domain"])):
-        assert main.main(["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "2", "--no-progress",
-                          "--no-cuda", "--threads", "1", "--seed", str(seed), "--log-dir",
-                          str(tmp_path / f"{name}_seed{seed}"), *flags]) == 0
-    out = tmp_path / "cmp"
-    # A study's own --configs (NAME=FLAGS) name the configurations.
-    assert study.main(["--grid", "--log-dir", str(tmp_path), "--configs", "plain=", "dr=--randomize-domain",
-                       "--episodes", "1", "--max-episode-steps", "10", "--out", str(out)]) == 0
-    assert f"python bench/study.py --grid --log-dir {tmp_path} --configs plain dr" in capsys.readouterr().out
-    table = (tmp_path / "cmp.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith(("| plain", "| dr"))]
-    assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
-    results = json.loads((tmp_path / "cmp.json").read_text())
-    plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
-    assert f"{np.mean(plain_means):.1f} ({plain_means[0]:.1f}, {plain_means[1]:.1f})" in rows[0]
-    plain, dr = ([column.strip() for column in row.strip("|").split("|")] for row in rows)
-    # CartPole's default gravity, 9.8, is no grid value: the plain runs held out every cell, the randomized none.
-    assert plain[4] == plain[2] and dr[4] == "–"
-    assert plain[7] == dr[7] == "–"  # no specialists, no ceiling
-    defaults = [run["default_physics"] for run in results["plain"]]
-    assert [d["episodes"] for d in defaults] == [30, 30]  # --episodes-default's default, on the default physics
-    assert f"{np.mean([d['mean'] for d in defaults]):.1f} ({defaults[0]['mean']:.1f}, {defaults[1]['mean']:.1f})" \
-        in rows[0]
-    assert [run["seed"] for run in results["plain"]] == [1, 2]
-    assert all(os.path.exists(os.path.join(run["run_dir"], "a2c_last_physics_grid.png")) for run in results["dr"])
-    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
