@@ -27,6 +27,7 @@ One :class:`ADR` holds the ranges of a run; every env of the run's vector env (i
 :meth:`ADR.state_dict` (ranges, buffers, random stream) goes into every checkpoint, so a resumed
 run carries the ranges on; the ranges are logged as ``adr/<name>_low`` and ``adr/<name>_high``.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,16 @@ Edge = tuple[str, int]  # (a physics name, 0 for its low edge or 1 for its high 
 class ADR:
     """The ranges of one ADR run, and the rule that moves them (the module's docstring)."""
 
-    def __init__(self, env_id: str, low: Optional[float] = None, high: Optional[float] = None, step: float = 0.05,
-                 episodes: int = 10, boundary_prob: float = 0.5, seed: int = 0) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        low: Optional[float] = None,
+        high: Optional[float] = None,
+        step: float = 0.05,
+        episodes: int = 10,
+        boundary_prob: float = 0.5,
+        seed: int = 0,
+    ) -> None:
         family = FAMILIES[env_id]
         default_low, default_high = family.adr_thresholds
         self.low = default_low if low is None else float(low)
@@ -52,13 +61,13 @@ class ADR:
         check_thresholds(self.low, self.high)
         self.episodes, self.boundary_prob = int(episodes), float(boundary_prob)
         self.nominal = dict(family.nominal)
-        self.bounds = {name: (spec.low, spec.high) for name, spec in family.ranges.items()
-                       if isinstance(spec, Uniform)}
+        self.bounds = {name: (spec.low, spec.high) for name, spec in family.ranges.items() if isinstance(spec, Uniform)}
         self.steps = {name: step * (high - low) for name, (low, high) in self.bounds.items()}
         self.ranges = {name: [float(self.nominal[name])] * 2 for name in self.bounds}
         # The edges that can move: not one that starts at its bound.
-        self.edges: list[Edge] = [(name, side) for name in self.bounds for side in (0, 1)
-                                  if self.nominal[name] != self.bounds[name][side]]
+        self.edges: list[Edge] = [
+            (name, side) for name in self.bounds for side in (0, 1) if self.nominal[name] != self.bounds[name][side]
+        ]
         self.buffers: dict[Edge, list[float]] = {edge: [] for edge in self.edges}
         self.rng = physics_stream(seed, 0xAD2)
 
@@ -94,16 +103,25 @@ class ADR:
 
     def scalars(self) -> dict[str, float]:
         """``{"<name>_low": ..., "<name>_high": ...}`` of every range, for the logs."""
-        return {f"{name}_{side}": value for name, (low, high) in self.ranges.items()
-                for side, value in (("low", low), ("high", high))}
+        return {
+            f"{name}_{side}": value
+            for name, (low, high) in self.ranges.items()
+            for side, value in (("low", low), ("high", high))
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps: ranges, the edges' buffers, the random stream (``weights_only`` loads it)."""
         bit_generator = self.rng.bit_generator.state
-        return {"ranges": {name: list(edges) for name, edges in self.ranges.items()},
-                "buffers": {f"{name}/{side}": list(values) for (name, side), values in self.buffers.items()},
-                "rng": {"state": str(bit_generator["state"]["state"]), "inc": str(bit_generator["state"]["inc"]),
-                        "has_uint32": int(bit_generator["has_uint32"]), "uinteger": int(bit_generator["uinteger"])}}
+        return {
+            "ranges": {name: list(edges) for name, edges in self.ranges.items()},
+            "buffers": {f"{name}/{side}": list(values) for (name, side), values in self.buffers.items()},
+            "rng": {
+                "state": str(bit_generator["state"]["state"]),
+                "inc": str(bit_generator["state"]["inc"]),
+                "has_uint32": int(bit_generator["has_uint32"]),
+                "uinteger": int(bit_generator["uinteger"]),
+            },
+        }
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         self.ranges = {name: [float(low), float(high)] for name, (low, high) in data["ranges"].items()}
@@ -129,8 +147,15 @@ def from_config(config: Any) -> Optional[ADR]:
     if config.randomize_domain != "adr":
         return None
     settings = config.adr
-    return ADR(config.env_name, settings.low, settings.high, settings.step, settings.episodes,
-               settings.boundary_prob, seed=config.seed)
+    return ADR(
+        config.env_name,
+        settings.low,
+        settings.high,
+        settings.step,
+        settings.episodes,
+        settings.boundary_prob,
+        seed=config.seed,
+    )
 
 
 class ADRPhysics(WithPhysics):

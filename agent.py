@@ -2,6 +2,7 @@
 a clipped gradient step, checkpoints), an agent that learns from rollouts with a critic
 (:class:`RolloutAgent`), and A2C's (:class:`A2CAgent`: one gradient update per rollout). PPO's and
 GRPO's agents are in their own files."""
+
 from __future__ import annotations
 
 import functools
@@ -12,21 +13,28 @@ import torch
 import torch.nn as nn
 from torch.distributions import Categorical, Distribution
 
+from checkpoints import load_checkpoint
 from config import OPTIMIZERS, Config, optimizer_name
+from devices import channels_last_for
 from icm import ICM, RunningStd
+from metrics import explained_variance, read_back
 from model import ActorCritic, State, build_model, older_parameter_order
 from storage import Batch, RolloutStorage, compute_returns, shuffled_minibatches
-from checkpoints import load_checkpoint
-from devices import channels_last_for
-from metrics import explained_variance, read_back
 from utils import UsageError
 
 # (rewards, values, dones, last_values) -> (returns, advantages): see storage.compute_returns
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def a2c_loss(logits: torch.Tensor, values: Optional[torch.Tensor], actions: torch.Tensor, returns: torch.Tensor,
-             advantages: torch.Tensor, value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
+def a2c_loss(
+    logits: torch.Tensor,
+    values: Optional[torch.Tensor],
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    advantages: torch.Tensor,
+    value_coeff: float,
+    entropy_coeff: float,
+) -> dict[str, torch.Tensor]:
     """The A2C loss and its named terms; every term is a mean over all T x N samples.
 
     ``logits`` are a categorical policy's, or the policy's distribution itself (``ActorCritic.distribution``).
@@ -46,8 +54,9 @@ def a2c_loss(logits: torch.Tensor, values: Optional[torch.Tensor], actions: torc
     return terms
 
 
-def standardized(advantages: torch.Tensor, eps: float = 1e-8,
-                 sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+def standardized(
+    advantages: torch.Tensor, eps: float = 1e-8, sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+) -> torch.Tensor:
     """``(A - mean(A)) / (std(A) + eps)`` over the whole rollout (``--normalize-advantages``). In a
     data-parallel run ``sum_over_ranks`` adds up the count, sum and sum of squares of every rank's
     advantages, so the mean and std are those of the whole batch, as in one process."""
@@ -115,8 +124,13 @@ def make_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
 
 def agent_settings(config: Config) -> dict[str, Any]:
     """The settings every agent takes from a run's config: its optimizer, clipping, discount and entropy bonus."""
-    return dict(lr=config.lr, optimizer=config.optimizer, entropy_coeff=config.entropy_coeff,
-                max_grad_norm=config.max_grad_norm, gamma=config.gamma)
+    return dict(
+        lr=config.lr,
+        optimizer=config.optimizer,
+        entropy_coeff=config.entropy_coeff,
+        max_grad_norm=config.max_grad_norm,
+        gamma=config.gamma,
+    )
 
 
 class Agent:
@@ -134,9 +148,17 @@ class Agent:
     # batch; None: one process.
     sum_over_ranks: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
-    def __init__(self, model: ActorCritic, *, lr: float = 7e-4, optimizer: str = "rmsprop-tf",
-                 entropy_coeff: float = 0.01, max_grad_norm: float = 0.5, gamma: float = 0.99,
-                 trained: Sequence[nn.Module] = ()) -> None:
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        lr: float = 7e-4,
+        optimizer: str = "rmsprop-tf",
+        entropy_coeff: float = 0.01,
+        max_grad_norm: float = 0.5,
+        gamma: float = 0.99,
+        trained: Sequence[nn.Module] = (),
+    ) -> None:
         self.model = model
         self.networks = [model, *trained]  # what the optimizer trains, in its order
         self.params = [param for network in self.networks for param in network.parameters()]
@@ -157,8 +179,9 @@ class Agent:
 
     # ------------------------------------------------------------------ acting
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, state: State,
-            episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+    def act(
+        self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
         """Sample one action per env: returns actions ``[N]``, their log-probabilities ``[N]``,
         values ``[N]`` (None without a critic) and the next state."""
         logits, values, state = self.model(obs, state, episode_starts)
@@ -166,8 +189,9 @@ class Agent:
         actions = self.sample(dist, logits)
         return actions, dist.log_prob(actions), values, state
 
-    def act_with_graph(self, obs: torch.Tensor, state: State,
-                       episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, State]:
+    def act_with_graph(
+        self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, State]:
         """:meth:`act` with gradients: returns actions ``[N]``, their log-probabilities ``[N]``
         (detached), logits ``[N, A]`` and values ``[N]`` with their graph, and the next state (its
         graph reaches back to the rollout's start).
@@ -201,8 +225,7 @@ class Agent:
             self.exploration = self.model.policy.draw_weights(num_envs)
 
     # ------------------------------------------------------------------ learning
-    def update(self, batch: Any, index: int = 0,
-               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
+    def update(self, batch: Any, index: int = 0, on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
         """The update every algorithm implements: learn from one collected batch (update ``index`` of
         the run, counted from 0). ``on_loss`` sees the batch's total loss before the weights change
         (the best-loss checkpoint). Returns the statistics to log, ``skipped`` among them."""
@@ -216,8 +239,12 @@ class Agent:
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
-    def step(self, terms: dict[str, torch.Tensor], extra: Optional[dict[str, torch.Tensor]] = None,
-             before_step: Optional[Callable[[dict[str, float]], None]] = None) -> dict[str, float]:
+    def step(
+        self,
+        terms: dict[str, torch.Tensor],
+        extra: Optional[dict[str, torch.Tensor]] = None,
+        before_step: Optional[Callable[[dict[str, float]], None]] = None,
+    ) -> dict[str, float]:
         """Backpropagate ``terms["total"]``, clip, step. Returns the loss terms, the 0-d tensors of
         ``extra`` and ``grad_norm`` (before clipping) as floats, read from the device in one
         transfer; ``before_step`` sees them before the weights change.
@@ -247,9 +274,14 @@ class Agent:
         self.optimizer.step()
         return stats
 
-    def minibatch_epochs(self, units: torch.Tensor, epochs: int, minibatches: int,
-                         loss_of: Callable[[torch.Tensor], dict[str, torch.Tensor]],
-                         generator: Optional[torch.Generator] = None) -> tuple[dict[str, float], int, int]:
+    def minibatch_epochs(
+        self,
+        units: torch.Tensor,
+        epochs: int,
+        minibatches: int,
+        loss_of: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+        generator: Optional[torch.Generator] = None,
+    ) -> tuple[dict[str, float], int, int]:
         """``epochs`` shuffled passes over ``units`` in ``minibatches`` minibatches (at most one a
         unit), one :meth:`step` on ``loss_of(minibatch)`` each (PPO's and GRPO's updates). Returns
         the mean of each statistic over the steps taken, the steps taken, and the steps a
@@ -297,8 +329,16 @@ class RolloutAgent(Agent):
     (by default n-step returns or GAE: :func:`storage.compute_returns` with ``gamma`` and
     ``gae_lambda``)."""
 
-    def __init__(self, model: ActorCritic, *, value_coeff: float = 0.5, gae_lambda: float = 1.0,
-                 estimator: Optional[Estimator] = None, normalize_advantages: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        value_coeff: float = 0.5,
+        gae_lambda: float = 1.0,
+        estimator: Optional[Estimator] = None,
+        normalize_advantages: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model, **kwargs)
         self.value_coeff, self.gae_lambda = value_coeff, gae_lambda
         self.estimator = estimator or functools.partial(compute_returns, gamma=self.gamma, gae_lambda=gae_lambda)
@@ -321,15 +361,20 @@ class RolloutAgent(Agent):
         """The rollout with the returns and advantages the estimator gives for ``rewards`` plus the
         bootstrap (``gamma * V(terminal obs)`` where a time limit cut the episode); ``extra`` fills
         the optional fields of the batch."""
-        returns, advantages = self.estimator(rewards + storage.bootstrap, storage.values, storage.dones,
-                                             storage.last_values)
+        returns, advantages = self.estimator(
+            rewards + storage.bootstrap, storage.values, storage.dones, storage.last_values
+        )
         return storage.batch(returns, advantages, **extra)
 
 
 def rollout_settings(config: Config) -> dict[str, Any]:
     """The settings of an agent that learns from rollouts with a critic (:class:`RolloutAgent`)."""
-    return dict(agent_settings(config), value_coeff=config.value_coeff, gae_lambda=config.gae_lambda,
-                normalize_advantages=config.normalize_advantages)
+    return dict(
+        agent_settings(config),
+        value_coeff=config.value_coeff,
+        gae_lambda=config.gae_lambda,
+        normalize_advantages=config.normalize_advantages,
+    )
 
 
 class A2CAgent(RolloutAgent):
@@ -341,8 +386,16 @@ class A2CAgent(RolloutAgent):
     When ``None`` (the default) none of this exists and the update is the plain A2C update.
     """
 
-    def __init__(self, model: ActorCritic, *, intrinsic: Optional[ICM] = None, icm_lambda: float = 0.1,
-                 extrinsic_coeff: float = 1.0, normalize_intrinsic: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        intrinsic: Optional[ICM] = None,
+        icm_lambda: float = 0.1,
+        extrinsic_coeff: float = 1.0,
+        normalize_intrinsic: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model, trained=[intrinsic] if intrinsic is not None else [], **kwargs)
         self.intrinsic = intrinsic
         self.icm_lambda, self.extrinsic_coeff = icm_lambda, extrinsic_coeff
@@ -352,9 +405,14 @@ class A2CAgent(RolloutAgent):
     def from_config(cls, model: ActorCritic, config: Config) -> "A2CAgent":
         """The agent that ``config`` describes around ``model``, with its curiosity module (``--icm``)."""
         curiosity = config.curiosity
-        return cls(model, **rollout_settings(config), intrinsic=build_curiosity(config, model),
-                   icm_lambda=curiosity.policy_weight, extrinsic_coeff=curiosity.extrinsic_coeff,
-                   normalize_intrinsic=curiosity.normalize)
+        return cls(
+            model,
+            **rollout_settings(config),
+            intrinsic=build_curiosity(config, model),
+            icm_lambda=curiosity.policy_weight,
+            extrinsic_coeff=curiosity.extrinsic_coeff,
+            normalize_intrinsic=curiosity.normalize,
+        )
 
     def make_batch(self, storage: RolloutStorage) -> Batch:
         """The rollout with its returns and advantages: the one place rewards are put together.
@@ -373,8 +431,14 @@ class A2CAgent(RolloutAgent):
             self.intrinsic_std.update(intrinsic[valid > 0])
             intrinsic = intrinsic / (self.intrinsic_std.std + 1e-8)
         rewards = self.extrinsic_coeff * storage.rewards + intrinsic
-        return self.estimate(storage, rewards, next_obs=frames[1:], valid=valid, reward_parts={"intrinsic": intrinsic},
-                             intrinsic_losses=losses)
+        return self.estimate(
+            storage,
+            rewards,
+            next_obs=frames[1:],
+            valid=valid,
+            reward_parts={"intrinsic": intrinsic},
+            intrinsic_losses=losses,
+        )
 
     def loss(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The loss terms of a rollout: trained through the outputs kept from collecting it
@@ -390,10 +454,20 @@ class A2CAgent(RolloutAgent):
             logits, values, _ = self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
         if self.model.critic is None:
             values = None
-        advantages = (standardized(batch.advantages, sum_over_ranks=self.sum_over_ranks) if self.normalize_advantages
-                      else batch.advantages)
-        terms = a2c_loss(self.model.distribution(logits), values, batch.actions, batch.returns, advantages,
-                         self.value_coeff, self.entropy_coeff)
+        advantages = (
+            standardized(batch.advantages, sum_over_ranks=self.sum_over_ranks)
+            if self.normalize_advantages
+            else batch.advantages
+        )
+        terms = a2c_loss(
+            self.model.distribution(logits),
+            values,
+            batch.actions,
+            batch.returns,
+            advantages,
+            self.value_coeff,
+            self.entropy_coeff,
+        )
         if self.intrinsic is None:
             return terms
         curiosity = batch.intrinsic_losses
@@ -404,8 +478,9 @@ class A2CAgent(RolloutAgent):
         terms.update({f"icm/{name}": value for name, value in curiosity.items() if name != "total"})
         return terms
 
-    def update(self, batch: Batch, index: int = 0,
-               on_loss: Optional[Callable[[float], None]] = None) -> dict[str, float]:
+    def update(
+        self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None
+    ) -> dict[str, float]:
         """A2C's update: one gradient step, :meth:`loss` then :meth:`step` (see :meth:`Agent.update`)."""
         before_step = None if on_loss is None else (lambda stats: on_loss(stats["total"]))
         return self.step(self.loss(batch), extra=rollout_stats(batch), before_step=before_step)
@@ -436,8 +511,9 @@ def _load_weights(module: nn.Module, weights: dict[str, Any], path: str) -> None
         raise UsageError(f"checkpoint {path} was saved by another architecture") from None
 
 
-def _in_todays_order(optimizer_state: dict[str, Any], saved_weights: dict[str, Any],
-                     model: ActorCritic) -> dict[str, Any]:
+def _in_todays_order(
+    optimizer_state: dict[str, Any], saved_weights: dict[str, Any], model: ActorCritic
+) -> dict[str, Any]:
     """A saved optimizer state, its per-parameter entries put in the order of ``model``'s
     parameters today (see ``model.older_parameter_order``); the network's parameters come first
     in the optimizer, curiosity's after them, unmoved."""
@@ -455,27 +531,46 @@ def rollout_stats(batch: Batch) -> dict[str, torch.Tensor]:
     explained variance of the returns by the values (1: perfect, 0: no better than their mean,
     below 0: worse), and the means of value predictions, value targets (returns) and advantages,
     with the advantages' spread."""
-    return {"explained_variance": explained_variance(batch.values, batch.returns),
-            "rollout/value_mean": batch.values.mean(),
-            "rollout/return_mean": batch.returns.mean(),
-            "rollout/advantage_mean": batch.advantages.mean(),
-            "rollout/advantage_std": batch.advantages.std()}
+    return {
+        "explained_variance": explained_variance(batch.values, batch.returns),
+        "rollout/value_mean": batch.values.mean(),
+        "rollout/return_mean": batch.returns.mean(),
+        "rollout/advantage_mean": batch.advantages.mean(),
+        "rollout/advantage_std": batch.advantages.std(),
+    }
 
 
-def build_network(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
-                  continuous: bool = False) -> ActorCritic:
+def build_network(
+    config: Config,
+    obs_shape: tuple[int, ...],
+    num_actions: int,
+    device: torch.device | str = "cpu",
+    continuous: bool = False,
+) -> ActorCritic:
     """The policy network that ``config`` describes; ``continuous``: ``num_actions`` is the
     dimension of a continuous action (a Gaussian policy)."""
     speed = config.speed
-    return build_model(obs_shape, num_actions, recurrent=config.recurrent, hidden_size=config.hidden_size,
-                       feature_norm=config.feature_norm, core_skip=config.core_skip, continuous=continuous,
-                       lstm_norm=config.lstm_norm, critic=config.critic, arch=config.arch,
-                       mlp_width=config.mlp_width, log_std_init=config.log_std_init, sde=config.sde,
-                       conv_filters=config.conv_filters,
-                       # Vector observations without memory: actor and critic each with an MLP of its own.
-                       separate_critic=len(obs_shape) == 1 and not config.recurrent,
-                       channels_last=channels_last_for(speed.channels_last, torch.device(device), speed.bf16),
-                       bf16=speed.bf16, encoder_chunk=speed.encoder_chunk).to(device)
+    return build_model(
+        obs_shape,
+        num_actions,
+        recurrent=config.recurrent,
+        hidden_size=config.hidden_size,
+        feature_norm=config.feature_norm,
+        core_skip=config.core_skip,
+        continuous=continuous,
+        lstm_norm=config.lstm_norm,
+        critic=config.critic,
+        arch=config.arch,
+        mlp_width=config.mlp_width,
+        log_std_init=config.log_std_init,
+        sde=config.sde,
+        conv_filters=config.conv_filters,
+        # Vector observations without memory: actor and critic each with an MLP of its own.
+        separate_critic=len(obs_shape) == 1 and not config.recurrent,
+        channels_last=channels_last_for(speed.channels_last, torch.device(device), speed.bf16),
+        bf16=speed.bf16,
+        encoder_chunk=speed.encoder_chunk,
+    ).to(device)
 
 
 def build_curiosity(config: Config, model: ActorCritic) -> Optional[ICM]:
@@ -484,13 +579,20 @@ def build_curiosity(config: Config, model: ActorCritic) -> Optional[ICM]:
     if not curiosity.enabled:
         return None
     device = next(model.parameters()).device
-    return ICM(tuple(model.spec["obs_shape"]), model.spec["num_actions"], eta=curiosity.eta, beta=curiosity.beta,
-               channels_last=channels_last_for(speed.channels_last, device, speed.bf16),
-               encoder_chunk=speed.encoder_chunk, forward_trains_phi=curiosity.forward_trains_encoder).to(device)
+    return ICM(
+        tuple(model.spec["obs_shape"]),
+        model.spec["num_actions"],
+        eta=curiosity.eta,
+        beta=curiosity.beta,
+        channels_last=channels_last_for(speed.channels_last, device, speed.bf16),
+        encoder_chunk=speed.encoder_chunk,
+        forward_trains_phi=curiosity.forward_trains_encoder,
+    ).to(device)
 
 
-def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False,
-               encoder_chunk: int = 0) -> ActorCritic:
+def load_model(
+    path: str, device: torch.device | str = "cpu", bf16: bool = False, encoder_chunk: int = 0
+) -> ActorCritic:
     """The network saved in any checkpoint of this project (a2c_best_loss, a2c_best_reward, a2c_last);
     ``bf16`` and ``encoder_chunk`` are speed settings (see ``ActorCritic``)."""
     data = load_checkpoint(path)
@@ -500,4 +602,3 @@ def load_model(path: str, device: torch.device | str = "cpu", bf16: bool = False
     except RuntimeError:
         raise UsageError(f"checkpoint {path} does not match its own architecture description") from None
     return model.to(device)
-

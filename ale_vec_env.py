@@ -16,6 +16,7 @@ Two differences from SB3's wrappers remain, both after a life loss that is not a
 SB3 resets its frame stack to zeros there and presses no-op then FIRE (its ``reset`` runs on
 every ``done``), while here the stack goes on and the agent presses FIRE itself when it must.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,10 +48,19 @@ class AleVecEnv(VecEnv):
 
     render_mode = None  # nothing to render: the screens stay in C++
 
-    def __init__(self, env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0,
-                 max_episode_frames: Optional[int] = None, num_threads: int = 0,
-                 repeat_action_probability: Optional[float] = None, full_action_space: Optional[bool] = None,
-                 noop_max: int = 30, frame_size: int = 84) -> None:
+    def __init__(
+        self,
+        env_name: str,
+        num_envs: int,
+        n_stack: int = 4,
+        seed: int = 0,
+        max_episode_frames: Optional[int] = None,
+        num_threads: int = 0,
+        repeat_action_probability: Optional[float] = None,
+        full_action_space: Optional[bool] = None,
+        noop_max: int = 30,
+        frame_size: int = 84,
+    ) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         settings = gym.registry[env_name].kwargs
@@ -65,16 +75,26 @@ class AleVecEnv(VecEnv):
         self.repeat_action_probability, self.full_action_space = repeat_action_probability, full_action_space
         self.noop_max = noop_max
         self.ale = AtariVectorEnv(
-            settings["game"], num_envs, num_threads=num_threads, stack_num=n_stack,
-            img_height=frame_size, img_width=frame_size,
-            repeat_action_probability=repeat_action_probability, full_action_space=full_action_space,
-            max_num_frames_per_episode=frame_cap(settings.get("max_num_frames_per_episode", 108_000),
-                                                 max_episode_frames),
-            noop_max=noop_max, frameskip=4, maxpool=True, use_fire_reset=True,
-            episodic_life=False,   # would reset the whole game at every life loss
-            life_loss_info=True,   # a life loss ends the learning episode; the game goes on
+            settings["game"],
+            num_envs,
+            num_threads=num_threads,
+            stack_num=n_stack,
+            img_height=frame_size,
+            img_width=frame_size,
+            repeat_action_probability=repeat_action_probability,
+            full_action_space=full_action_space,
+            max_num_frames_per_episode=frame_cap(
+                settings.get("max_num_frames_per_episode", 108_000), max_episode_frames
+            ),
+            noop_max=noop_max,
+            frameskip=4,
+            maxpool=True,
+            use_fire_reset=True,
+            episodic_life=False,  # would reset the whole game at every life loss
+            life_loss_info=True,  # a life loss ends the learning episode; the game goes on
             reward_clipping=False,  # clipped here, so the raw score can be reported
-            autoreset_mode="SameStep")
+            autoreset_mode="SameStep",
+        )
         super().__init__(num_envs, self.ale.single_observation_space, self.ale.single_action_space)
         self._actions: Optional[np.ndarray] = None
         self._returns = np.zeros(num_envs, dtype=np.float64)
@@ -111,8 +131,11 @@ class AleVecEnv(VecEnv):
                     infos[i]["TimeLimit.truncated"] = True
                     infos[i]["terminal_observation"] = info["final_obs"][i]
                 if game_over[i]:
-                    infos[i]["episode"] = {"r": float(self._returns[i]), "l": int(starts[i] - self._game_start[i]),
-                                           "t": round(now - self._game_time[i], 6)}
+                    infos[i]["episode"] = {
+                        "r": float(self._returns[i]),
+                        "l": int(starts[i] - self._game_start[i]),
+                        "t": round(now - self._game_time[i], 6),
+                    }
                     self._returns[i] = 0.0
                     self._game_start[i] = starts[i]
                     self._game_time[i] = now

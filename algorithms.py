@@ -21,6 +21,7 @@ An algorithm is an agent class and what the run needs to know of it, all declare
 ``register`` adds one more, from anywhere (a test registers a small algorithm with a block of
 its own and trains it through the command line).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -89,10 +90,30 @@ def register(name: str, algorithm: Algorithm) -> None:
 
 
 register("a2c", Algorithm(A2CAgent, data_parallel=True))
-register("ppo", Algorithm(ppo.PPOAgent, blocks={"clip": ppo.Clipped}, defaults=ppo.defaults, fit=ppo.fit,
-                          check=ppo.check, renamed=ppo.RENAMED))
-register("grpo", Algorithm(grpo.GRPOAgent, grpo.GroupCollector, blocks={"group": grpo.Group}, shares=grpo.SHARED,
-                           defaults=grpo.defaults, check=grpo.check, fixed=("group.size",), renamed=grpo.RENAMED))
+register(
+    "ppo",
+    Algorithm(
+        ppo.PPOAgent,
+        blocks={"clip": ppo.Clipped},
+        defaults=ppo.defaults,
+        fit=ppo.fit,
+        check=ppo.check,
+        renamed=ppo.RENAMED,
+    ),
+)
+register(
+    "grpo",
+    Algorithm(
+        grpo.GRPOAgent,
+        grpo.GroupCollector,
+        blocks={"group": grpo.Group},
+        shares=grpo.SHARED,
+        defaults=grpo.defaults,
+        check=grpo.check,
+        fixed=("group.size",),
+        renamed=grpo.RENAMED,
+    ),
+)
 
 
 def algorithm(name: str) -> Algorithm:
@@ -116,8 +137,13 @@ def check_algorithm_settings(config: Config, typed: set[str], flag_of: Callable[
             raise UsageError(f"{flag_of(setting)} is for --algo {' or '.join(readers)}")
 
 
-def make_agent(config: Config, obs_shape: tuple[int, ...], num_actions: int, device: torch.device | str = "cpu",
-               continuous: bool = False) -> Agent:
+def make_agent(
+    config: Config,
+    obs_shape: tuple[int, ...],
+    num_actions: int,
+    device: torch.device | str = "cpu",
+    continuous: bool = False,
+) -> Agent:
     """A fresh agent of ``config.algo`` with the network and optimizer that ``config`` describes
     (and what else its algorithm builds: A2C's curiosity module); ``continuous``: ``num_actions``
     is the dimension of a continuous action."""
@@ -130,8 +156,9 @@ def load_agent(path: str, device: torch.device | str = "cpu") -> Agent:
     data = load_checkpoint(path)
     config = Config.from_dict(data["config"])
     spec = data["model_spec"]
-    agent = make_agent(config, tuple(spec["obs_shape"]), spec["num_actions"], device,
-                       continuous=spec.get("continuous", False))
+    agent = make_agent(
+        config, tuple(spec["obs_shape"]), spec["num_actions"], device, continuous=spec.get("continuous", False)
+    )
     agent.load(data, path)
     return agent
 

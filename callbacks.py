@@ -15,6 +15,7 @@ whatever the algorithm and its collector (A2C's and PPO's rollouts, GRPO's round
 ``runner`` gives the state (``runner.state``: update, env step, the last games), the agent, the
 envs' current step (``runner.obs``...), the metrics writer and the checkpoints.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -83,8 +84,9 @@ class RewardParts(Callback):
                 sums += rewards[t]
                 while ended < len(self.episode_ends) and self.episode_ends[ended][0] == t:
                     i = self.episode_ends[ended][1]
-                    metrics.scalar(f"episode/return_{name}", float(sums[i]),
-                                   runner.episode_end_step(t, i, runner.context.rank))
+                    metrics.scalar(
+                        f"episode/return_{name}", float(sums[i]), runner.episode_end_step(t, i, runner.context.rank)
+                    )
                     sums[i] = 0.0
                     ended += 1
             if (state.update + 1) % runner.config.log_interval == 0:
@@ -121,9 +123,11 @@ class CoreHealth(Callback):
             runner.metrics.scalar(f"core/{name}", value, runner.state.step)
         if not self.warned and health.get("gate_saturation", 0.0) > 0.5 and health["output_std"] < DEAD_CORE_OUTPUT_STD:
             self.warned = True
-            runner.metrics.say(f"warning: the LSTM gives the same output for every env (spread "
-                               f"{health['output_std']:.1e}, {health['gate_saturation']:.0%} of its gates saturated): "
-                               f"the policy no longer sees the screen; see core/ in TensorBoard")
+            runner.metrics.say(
+                f"warning: the LSTM gives the same output for every env (spread "
+                f"{health['output_std']:.1e}, {health['gate_saturation']:.0%} of its gates saturated): "
+                f"the policy no longer sees the screen; see core/ in TensorBoard"
+            )
 
 
 class RolloutHistograms(Callback):
@@ -185,8 +189,7 @@ class Evaluation(Callback):
         scores = list(runner.evaluator(runner.agent.model))
         mean = sum(scores) / len(scores)
         step = runner.state.step
-        for name, value in (("mean", mean), ("std", float(np.std(scores))), ("min", min(scores)),
-                            ("max", max(scores))):
+        for name, value in (("mean", mean), ("std", float(np.std(scores))), ("min", min(scores)), ("max", max(scores))):
             runner.metrics.scalar(f"eval/return_{name}", value, step)
         runner.metrics.say(f"evaluation at {step} env steps: mean score {mean:.2f} over {len(scores)} games")
         runner.checkpoints.evaluated(runner.state, mean)
@@ -205,5 +208,13 @@ class LastCheckpoint(Callback):
 def default_callbacks(histograms: tuple[str, ...] = ("advantages", "values", "returns")) -> list[Callback]:
     """Every run's callbacks, in the order the loop calls them; ``histograms``: the batch fields
     logged as ``rollout/<name>``."""
-    return [RewardParts(), BestCheckpoints(), CoreHealth(), RolloutHistograms(histograms), PhysicsHistograms(),
-            ADRRanges(), Evaluation(), LastCheckpoint()]
+    return [
+        RewardParts(),
+        BestCheckpoints(),
+        CoreHealth(),
+        RolloutHistograms(histograms),
+        PhysicsHistograms(),
+        ADRRanges(),
+        Evaluation(),
+        LastCheckpoint(),
+    ]

@@ -16,6 +16,7 @@ mode) are not used: the rollout keeps every step's outputs for the update, which
 replay would overwrite. The module stays an ``nn.Module`` with its own parameter names, so
 checkpoints are the same with or without it.
 """
+
 from __future__ import annotations
 
 from typing import Optional

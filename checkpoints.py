@@ -17,6 +17,7 @@ A checkpoint is a dict of tensors and plain values::
 A run writes ``a2c_last`` (full) every ``checkpoint_interval`` updates and on the way out, and
 keeps three weights-only files by their rules (see :class:`Checkpoints`).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,17 +42,63 @@ BEST_CHECKPOINTS = ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")
 # the number of envs (the recurrent state's shape), the seed, the optimizer (its saved state) and
 # the algorithm (with the settings of its own that it fixes: algorithms.Algorithm.fixed).
 # Every other typed flag (--num-updates, --lr, --entropy-coeff...) applies from the resumed update on.
-RESUME_FIXED = {"preset", "env_name", "num_envs", "n_stack", "frame_size", "arch", "recurrent", "hidden_size", "mlp_width", "log_std_init", "sde",
-                "conv_filters", "feature_norm", "core_skip", "lstm_norm", "critic", "seed", "normalize_obs", "optimizer", "log_dir",
-                "curiosity.enabled", "curiosity.normalize", "algo", "randomize_domain", "physics", "obs_history",
-                "prev_action_reward", "sticky_actions"}
+RESUME_FIXED = {
+    "preset",
+    "env_name",
+    "num_envs",
+    "n_stack",
+    "frame_size",
+    "arch",
+    "recurrent",
+    "hidden_size",
+    "mlp_width",
+    "log_std_init",
+    "sde",
+    "conv_filters",
+    "feature_norm",
+    "core_skip",
+    "lstm_norm",
+    "critic",
+    "seed",
+    "normalize_obs",
+    "optimizer",
+    "log_dir",
+    "curiosity.enabled",
+    "curiosity.normalize",
+    "algo",
+    "randomize_domain",
+    "physics",
+    "obs_history",
+    "prev_action_reward",
+    "sticky_actions",
+}
 # Flags that fix the network's shape: a checkpoint cannot be loaded into another.
-ARCHITECTURE = ("arch", "recurrent", "hidden_size", "mlp_width", "conv_filters", "sde", "feature_norm", "core_skip", "lstm_norm", "critic",
-                "n_stack", "frame_size", "obs_history", "prev_action_reward")
+ARCHITECTURE = (
+    "arch",
+    "recurrent",
+    "hidden_size",
+    "mlp_width",
+    "conv_filters",
+    "sde",
+    "feature_norm",
+    "core_skip",
+    "lstm_norm",
+    "critic",
+    "n_stack",
+    "frame_size",
+    "obs_history",
+    "prev_action_reward",
+)
 
 
-def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Config, typed: set[str],
-                             allowed: set[str], flag: Callable[[str], str]) -> Config:
+def settings_from_checkpoint(
+    checkpoint: dict[str, Any],
+    path: str,
+    config: Config,
+    typed: set[str],
+    allowed: set[str],
+    flag: Callable[[str], str],
+) -> Config:
     """The checkpoint's settings, with the typed flags in ``allowed`` applied on top.
 
     A typed flag outside ``allowed`` must agree with the checkpoint, or it is an error that names
@@ -65,8 +112,9 @@ def settings_from_checkpoint(checkpoint: dict[str, Any], path: str, config: Conf
             changes[name] = mine
         elif mine != theirs:
             what = "another architecture" if name in ARCHITECTURE else "other settings"
-            raise UsageError(f"checkpoint {path} was saved with {flag(name)} {_show(theirs)} ({what}); "
-                             f"cannot use {_show(mine)}")
+            raise UsageError(
+                f"checkpoint {path} was saved with {flag(name)} {_show(theirs)} ({what}); cannot use {_show(mine)}"
+            )
     return with_settings(saved, changes)
 
 
@@ -106,8 +154,10 @@ def load_checkpoint(path: str) -> dict[str, Any]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated archive, random bytes, empty file, pickled code...
         if isinstance(exc, pickle.UnpicklingError) and "GLOBAL" in str(exc):
-            raise UsageError(f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
-                             f"values; refused (weights_only)") from None
+            raise UsageError(
+                f"cannot read checkpoint {path}: it holds objects other than tensors and plain "
+                f"values; refused (weights_only)"
+            ) from None
         raise UsageError(f"cannot read checkpoint {path}: truncated or corrupt file") from None
     if not isinstance(data, dict) or data.get("format") not in (CHECKPOINT_FORMAT, *OLDER_FORMATS):
         raise UsageError(f"cannot read checkpoint {path}: not a checkpoint of this project")
@@ -132,34 +182,51 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def check_checkpoint_fits(checkpoint: dict[str, Any], path: str, obs_shape: Sequence[int], num_actions: int,
-                          env_name: str) -> None:
+def check_checkpoint_fits(
+    checkpoint: dict[str, Any], path: str, obs_shape: Sequence[int], num_actions: int, env_name: str
+) -> None:
     """A checkpoint plays only the game (in any of its ids), action set and observations it was trained on."""
 
     spec = checkpoint["model_spec"]
     if spec["num_actions"] != num_actions:
-        raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']} with {spec['num_actions']} "
-                         f"actions; {env_name} has {num_actions}")
+        raise UsageError(
+            f"checkpoint {path} was trained on {checkpoint['env_name']} with {spec['num_actions']} "
+            f"actions; {env_name} has {num_actions}"
+        )
     if game_of(env_name) != game_of(checkpoint["env_name"]):
         raise UsageError(f"checkpoint {path} was trained on {checkpoint['env_name']}; {env_name} is another game")
     if list(spec["obs_shape"]) != list(obs_shape):
-        raise UsageError(f"checkpoint {path} expects observations of shape {tuple(spec['obs_shape'])}, "
-                         f"the env gives {tuple(obs_shape)}")
+        raise UsageError(
+            f"checkpoint {path} expects observations of shape {tuple(spec['obs_shape'])}, "
+            f"the env gives {tuple(obs_shape)}"
+        )
 
 
 # What a shipped agent keeps of a checkpoint: enough to rebuild, play and describe it.
-AGENT_KEYS = ("format", "model_spec", "model", "env_name", "config", "update", "step", "mean_return",
-              "obs_normalizer", "world_size")
+AGENT_KEYS = (
+    "format",
+    "model_spec",
+    "model",
+    "env_name",
+    "config",
+    "update",
+    "step",
+    "mean_return",
+    "obs_normalizer",
+    "world_size",
+)
 
 
-def agent_file(checkpoint: dict[str, Any], dtype: torch.dtype = torch.float16,
-               record: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def agent_file(
+    checkpoint: dict[str, Any], dtype: torch.dtype = torch.float16, record: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
     """A checkpoint cut down to a playable agent: weights only (no optimizer, random streams or
     curiosity module), its floating-point weights stored as ``dtype`` (they load back into the
     float32 network), the observation statistics it plays with, and ``record`` (how it scored)."""
     data = {key: checkpoint[key] for key in AGENT_KEYS if key in checkpoint}
-    data["model"] = {name: value.to(dtype) if value.is_floating_point() else value
-                     for name, value in checkpoint["model"].items()}
+    data["model"] = {
+        name: value.to(dtype) if value.is_floating_point() else value for name, value in checkpoint["model"].items()
+    }
     if record is not None:
         data["record"] = record
     return data
@@ -168,17 +235,29 @@ def agent_file(checkpoint: dict[str, Any], dtype: torch.dtype = torch.float16,
 class TrainingState:
     """Counters and records that a resumed run carries on from."""
 
-    def __init__(self, update: int = 0, step: int = 0, best_loss: float = math.inf,
-                 best_reward: float = -math.inf, episode_returns: tuple[float, ...] = (),
-                 best_eval: float = -math.inf, episode_count: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        update: int = 0,
+        step: int = 0,
+        best_loss: float = math.inf,
+        best_reward: float = -math.inf,
+        episode_returns: tuple[float, ...] = (),
+        best_eval: float = -math.inf,
+        episode_count: Optional[int] = None,
+    ) -> None:
         self.update, self.step = update, step
         self.best_loss, self.best_reward, self.best_eval = best_loss, best_reward, best_eval
         self.episodes = EpisodeStats(100, episode_returns, episode_count)
 
     def to_dict(self, full: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {"update": self.update, "step": self.step, "best_loss": self.best_loss,
-                                "best_reward": self.best_reward, "best_eval": self.best_eval,
-                                "mean_return": self.episodes.mean}
+        data: dict[str, Any] = {
+            "update": self.update,
+            "step": self.step,
+            "best_loss": self.best_loss,
+            "best_reward": self.best_reward,
+            "best_eval": self.best_eval,
+            "mean_return": self.episodes.mean,
+        }
         if full:
             data["episode_returns"] = list(self.episodes.returns)
             data["episode_count"] = self.episodes.count
@@ -187,8 +266,15 @@ class TrainingState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainingState":
         """The state saved in a full checkpoint (``best_eval`` and ``episode_count`` may be missing in old ones)."""
-        return cls(data["update"], data["step"], data["best_loss"], data["best_reward"],
-                   tuple(data["episode_returns"]), data.get("best_eval", -math.inf), data.get("episode_count"))
+        return cls(
+            data["update"],
+            data["step"],
+            data["best_loss"],
+            data["best_reward"],
+            tuple(data["episode_returns"]),
+            data.get("best_eval", -math.inf),
+            data.get("episode_count"),
+        )
 
 
 class Checkpoints:
@@ -204,17 +290,30 @@ class Checkpoints:
     judged on the main process's own numbers.
     """
 
-    def __init__(self, run_dir: str, agent: Any, config: Any, enabled: bool = True,
-                 normalizer: Callable[[], dict[str, Any]] = dict, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        agent: Any,
+        config: Any,
+        enabled: bool = True,
+        normalizer: Callable[[], dict[str, Any]] = dict,
+        world_size: int = 1,
+    ) -> None:
         self.run_dir, self.agent, self.config, self.enabled = run_dir, agent, config, enabled
         self.normalizer = normalizer  # the observation and reward statistics (normalize.state), if any
         self.world_size = world_size
 
     def to_dict(self, state: TrainingState, full: bool = True) -> dict[str, Any]:
         """What a checkpoint holds. ``full`` adds the optimizer and RNG states needed to resume."""
-        data = {"format": CHECKPOINT_FORMAT, **self.agent.state(full), "env_name": self.config.env_name,
-                "config": self.config.to_dict(), **state.to_dict(full), **self.normalizer(),
-                "world_size": self.world_size}
+        data = {
+            "format": CHECKPOINT_FORMAT,
+            **self.agent.state(full),
+            "env_name": self.config.env_name,
+            "config": self.config.to_dict(),
+            **state.to_dict(full),
+            **self.normalizer(),
+            "world_size": self.world_size,
+        }
         if full:
             data["rng"] = rng_state()
         return data

@@ -5,6 +5,7 @@ writes ``a2c_last`` and leaves. :class:`RunContext` says which process this is; 
 all processes must share (stop now, give up after non-finite losses) goes through
 :meth:`RunContext.any`, so that no process stops while another waits for it.
 """
+
 from __future__ import annotations
 
 import contextlib

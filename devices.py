@@ -11,6 +11,7 @@ TF32 (10 bits of mantissa) on Ampere and later GPUs by default; here TF32 is off
 ``--tf32`` asks for it, as ``--bf16`` asks for bfloat16. ``--reproducible`` picks deterministic
 kernels where torch has them and names those it has not.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,16 @@ def choose_device(want_cuda: Optional[bool], vector_obs: bool, *, say: bool = Tr
     return torch.device("cpu")
 
 
-def pick_device(want_cuda: Optional[bool], threads: int = 0, keep_freed: bool = True, *, vector_obs: bool = False,
-                tf32: bool = False, reproducible: bool = False, say: bool = True) -> torch.device:
+def pick_device(
+    want_cuda: Optional[bool],
+    threads: int = 0,
+    keep_freed: bool = True,
+    *,
+    vector_obs: bool = False,
+    tf32: bool = False,
+    reproducible: bool = False,
+    say: bool = True,
+) -> torch.device:
     """The torch device to use (:func:`choose_device`: ``want_cuda`` None picks by the kind of
     observation; ``say``: print the fallback line, which under torchrun one process a machine
     does), after setting the CPU thread count (0: torch's default), the float policy (``tf32``,
@@ -97,8 +106,10 @@ def nondeterministic_parts(device: torch.device, *, arch: str, image_obs: bool, 
         return []
     parts = []
     if image_obs and arch == "universe":
-        parts.append("the backward pass of the universe encoder's AdaptiveMaxPool2d (torch has no deterministic "
-                     "CUDA kernel for it)")
+        parts.append(
+            "the backward pass of the universe encoder's AdaptiveMaxPool2d (torch has no deterministic "
+            "CUDA kernel for it)"
+        )
     if world_size > 1:
         parts.append("the order in which NCCL sums the ranks' gradients")
     return parts
@@ -126,8 +137,14 @@ class HostToDevice:
     the order of writes, copies and waits on the CPU.
     """
 
-    def __init__(self, device: torch.device | str, slots: int = 2, *, pinned: Optional[bool] = None,
-                 make_event: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(
+        self,
+        device: torch.device | str,
+        slots: int = 2,
+        *,
+        pinned: Optional[bool] = None,
+        make_event: Optional[Callable[[], Any]] = None,
+    ) -> None:
         self.device = torch.device(device)
         self.staged = self.device.type == "cuda" if pinned is None else True
         self.pinned = self.device.type == "cuda" if pinned is None else pinned

@@ -1,6 +1,7 @@
 """What training watches of the network without training it: the health of the encoder and of the
 recurrent core (``core/*`` in TensorBoard; docs/recurrent.md). Read every ``log_interval``
 updates by the runner, outside the network's own code."""
+
 from __future__ import annotations
 
 import torch

@@ -13,6 +13,7 @@ the rollout (:func:`gather_games`); one all-reduce of the update's statistics an
 shared decision (``RunContext``); with normalization, one all-reduce of the running statistics
 (:class:`SharedStatistics`). docs/scaling.md has the whole design and its costs.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -76,8 +77,10 @@ def place(device: torch.device, context: RunContext) -> torch.device:
     if visible == 1:
         index = 0
     elif index >= visible:
-        raise RankError(f"LOCAL_RANK {index} has no GPU: this process sees {visible}; start at most that many "
-                        f"processes per node (--nproc-per-node), or give each its own with CUDA_VISIBLE_DEVICES")
+        raise RankError(
+            f"LOCAL_RANK {index} has no GPU: this process sees {visible}; start at most that many "
+            f"processes per node (--nproc-per-node), or give each its own with CUDA_VISIBLE_DEVICES"
+        )
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
@@ -87,8 +90,9 @@ def start(context: RunContext, device: torch.device) -> None:
     if context.world_size == 1:
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
-                            **({"device_id": device} if device.type == "cuda" else {}))
+    dist.init_process_group(
+        backend, timeout=COLLECTIVE_TIMEOUT, **({"device_id": device} if device.type == "cuda" else {})
+    )
 
 
 def check_same_run(config: Config, update: int, context: RunContext) -> None:
@@ -102,8 +106,10 @@ def check_same_run(config: Config, update: int, context: RunContext) -> None:
     differ = context.gather(sorted(k for k in mine if mine[k] != first.get(k)))
     for rank, names in enumerate(differ):
         if names:
-            raise UsageError(f"rank {rank} was started with other settings than rank 0 ({', '.join(names)}); "
-                             f"start every machine with the same command")
+            raise UsageError(
+                f"rank {rank} was started with other settings than rank 0 ({', '.join(names)}); "
+                f"start every machine with the same command"
+            )
 
 
 def stop(context: RunContext) -> None:
@@ -144,17 +150,21 @@ def average_gradients(params: Sequence[torch.nn.Parameter], world_size: int) -> 
     """
     device = params[0].device
     grads = [p.grad for p in params]
-    flat = torch.cat([torch.zeros(p.numel(), device=device) if g is None else g.detach().reshape(-1).float()
-                      for p, g in zip(params, grads)]
-                     + [torch.tensor([0.0 if g is None else 1.0 for g in grads], device=device)])
+    flat = torch.cat(
+        [
+            torch.zeros(p.numel(), device=device) if g is None else g.detach().reshape(-1).float()
+            for p, g in zip(params, grads)
+        ]
+        + [torch.tensor([0.0 if g is None else 1.0 for g in grads], device=device)]
+    )
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat[:-len(params)] /= world_size
+    flat[: -len(params)] /= world_size
     offset = 0
-    for p, present in zip(params, flat[-len(params):].tolist()):
+    for p, present in zip(params, flat[-len(params) :].tolist()):
         if present:
             if p.grad is None:
                 p.grad = torch.empty_like(p)
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))  # keeps the gradient's memory format
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))  # keeps the gradient's memory format
         offset += p.numel()
 
 
@@ -168,11 +178,13 @@ def sum_over_ranks(context: RunContext) -> Optional[Callable[[torch.Tensor], tor
         summed = values.to(collective_device())
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
         return summed.to(values.device)
+
     return total
 
 
-def gather_games(games: list[tuple[int, int, float, int]], capacity: int,
-                 context: RunContext) -> list[list[tuple[int, int, float, int]]]:
+def gather_games(
+    games: list[tuple[int, int, float, int]], capacity: int, context: RunContext
+) -> list[list[tuple[int, int, float, int]]]:
     """Every rank's games ``(step in rollout, env, return, length)``, in rank order, on every rank:
     one all-gather of a fixed-size float64 table (``capacity``: the most games a rank can finish in
     a rollout, one per env and step), cheaper than gathering pickled objects."""
@@ -181,11 +193,13 @@ def gather_games(games: list[tuple[int, int, float, int]], capacity: int,
     table = torch.zeros(capacity + 1, 4, dtype=torch.float64)
     table[0, 0] = len(games)
     if games:
-        table[1:len(games) + 1] = torch.tensor(games, dtype=torch.float64)
+        table[1 : len(games) + 1] = torch.tensor(games, dtype=torch.float64)
     tables = [torch.empty_like(table, device=collective_device()) for _ in range(context.world_size)]
     dist.all_gather(tables, table.to(collective_device()))
-    return [[(int(t), int(i), float(r), int(length)) for t, i, r, length in rank[1:int(rank[0, 0]) + 1].tolist()]
-            for rank in (table.cpu() for table in tables)]
+    return [
+        [(int(t), int(i), float(r), int(length)) for t, i, r, length in rank[1 : int(rank[0, 0]) + 1].tolist()]
+        for rank in (table.cpu() for table in tables)
+    ]
 
 
 def gradient_reducer(context: RunContext) -> Optional[object]:
@@ -195,6 +209,7 @@ def gradient_reducer(context: RunContext) -> Optional[object]:
 
     def reduce(params: Sequence[torch.nn.Parameter]) -> None:
         average_gradients(params, context.world_size)
+
     return reduce
 
 
@@ -211,9 +226,11 @@ class SharedStatistics:
     all-reduce) and every rank takes the pooled statistics, as if one process had seen them all.
     """
 
-    def __init__(self, context: RunContext,
-                 stats: Sequence[tuple[Callable[[], Moments], Callable[[float, np.ndarray, np.ndarray], None]]]
-                 ) -> None:
+    def __init__(
+        self,
+        context: RunContext,
+        stats: Sequence[tuple[Callable[[], Moments], Callable[[float, np.ndarray, np.ndarray], None]]],
+    ) -> None:
         self.context, self.stats = context, list(stats)
         self.merged = [self._read(get) for get, _ in self.stats]
 
@@ -236,8 +253,8 @@ class SharedStatistics:
         for index, ((_, set_moments), (n0, m0, v0)) in enumerate(zip(self.stats, self.merged)):
             size = m0.size
             count = n0 + pooled[offset]
-            sums = pooled[offset + 1:offset + 1 + size].reshape(m0.shape)
-            squares = pooled[offset + 1 + size:offset + 1 + 2 * size].reshape(m0.shape)
+            sums = pooled[offset + 1 : offset + 1 + size].reshape(m0.shape)
+            squares = pooled[offset + 1 + size : offset + 1 + 2 * size].reshape(m0.shape)
             offset += 1 + 2 * size
             if count <= 0:
                 continue
@@ -253,9 +270,12 @@ def shared_statistics(envs: object, agent: object, context: RunContext) -> Share
 
     stats = []
     norm = normalizer_of(envs)  # type: ignore[arg-type]
-    for name, used in (("obs_rms", norm is not None and norm.norm_obs),
-                       ("ret_rms", norm is not None and norm.norm_reward)):
+    for name, used in (
+        ("obs_rms", norm is not None and norm.norm_obs),
+        ("ret_rms", norm is not None and norm.norm_reward),
+    ):
         if used:
+
             def get(name: str = name) -> Moments:
                 rms = getattr(norm, name)
                 return rms.count, rms.mean, rms.var
@@ -263,13 +283,16 @@ def shared_statistics(envs: object, agent: object, context: RunContext) -> Share
             def put(count: float, mean: np.ndarray, var: np.ndarray, name: str = name) -> None:
                 rms = getattr(norm, name)
                 rms.count, rms.mean, rms.var = count, mean.copy(), var.copy()
+
             stats.append((get, put))
     running_std = getattr(agent, "intrinsic_std", None)
     if running_std is not None:
+
         def get_std() -> Moments:
             return running_std.count, running_std.mean, running_std.m2 / running_std.count if running_std.count else 0.0
 
         def put_std(count: float, mean: np.ndarray, var: np.ndarray) -> None:
             running_std.count, running_std.mean, running_std.m2 = count, float(mean), float(var) * count
+
         stats.append((get_std, put_std))
     return SharedStatistics(context, stats)

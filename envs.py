@@ -12,6 +12,7 @@ then, over the vector: frame stack (``n_stack`` frames) and a transpose to ``[C,
 Monitor sits under the Atari wrappers, so the episode returns it reports (``info["episode"]``)
 are raw full-game scores, while the agent learns from clipped rewards and per-life episodes.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -45,8 +46,11 @@ def check_env_id(env_name: str) -> None:
     """Raise `UsageError` unless `env_name` is a registered gymnasium id, suggesting close ids."""
     if env_name not in gym.registry:
         close = _close_ids(env_name) or difflib.get_close_matches(env_name, list(gym.registry), n=2, cutoff=0.8)
-        hint = (f"; did you mean {', '.join(close)}?" if close else
-                "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5, others like CartPole-v1")
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else "; Atari ids look like PongNoFrameskip-v4 or ALE/Pong-v5, others like CartPole-v1"
+        )
         raise UsageError(f"unknown env id '{env_name}'{hint}")
 
 
@@ -69,8 +73,10 @@ def check_env(env_name: str) -> bool:
 
 def _check_spaces(env_name: str, observation_space: gym.Space, action_space: gym.Space) -> bool:
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
-        raise UsageError(f"'{env_name}' observes {observation_space}; this agent trains on Atari games and on "
-                         "envs with flat Box observations")
+        raise UsageError(
+            f"'{env_name}' observes {observation_space}; this agent trains on Atari games and on "
+            "envs with flat Box observations"
+        )
     return action_size(action_space)[1]  # refuses what it cannot act in
 
 
@@ -142,13 +148,23 @@ def _make_ale(env_name: str, **kwargs: Any) -> gym.Env:
     return gym.make(env_name, **kwargs)
 
 
-def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, vec_env: str = "ale",
-                 max_episode_frames: int | None = None,
-                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None, *,
-                 randomize: Optional[str] = None, physics: Optional[dict[str, Any]] = None,
-                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None, frame_size: int = 84,
-                 adr: Any = None, observation_window: tuple[int, bool] = (1, False),
-                 sticky_actions: Optional[float] = None) -> VecEnv:
+def make_vec_env(
+    env_name: str,
+    num_envs: int,
+    n_stack: int = 4,
+    seed: int = 0,
+    vec_env: str = "ale",
+    max_episode_frames: int | None = None,
+    env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
+    *,
+    randomize: Optional[str] = None,
+    physics: Optional[dict[str, Any]] = None,
+    wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None,
+    frame_size: int = 84,
+    adr: Any = None,
+    observation_window: tuple[int, bool] = (1, False),
+    sticky_actions: Optional[float] = None,
+) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
     An Atari game gives frame-stacked images ``[num_envs, n_stack, frame_size, frame_size]`` uint8
@@ -176,33 +192,62 @@ def make_vec_env(env_name: str, num_envs: int, n_stack: int = 4, seed: int = 0, 
     if not _is_atari(env_name):
         mode = "async" if vec_env in ("subproc", "async") else "sync"
         if adr is not None and mode == "async":
-            raise UsageError("--randomize-domain adr moves one set of ranges that every env draws from: it "
-                             "needs the envs in this process (--vec-env sync), not --vec-env async")
+            raise UsageError(
+                "--randomize-domain adr moves one set of ranges that every env draws from: it "
+                "needs the envs in this process (--vec-env sync), not --vec-env async"
+            )
         if randomize is not None or physics is not None or adr is not None:
             wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
-        venv = GymVecEnv(env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap, observation_window=observation_window)
+        venv = GymVecEnv(
+            env_name,
+            num_envs,
+            seed,
+            mode,
+            env_kwargs,
+            max_episode_frames,
+            wrap=wrap,
+            observation_window=observation_window,
+        )
         try:
             _check_spaces(env_name, venv.observation_space, venv.action_space)
         except UsageError:
             venv.close()
             raise
         return venv
-    if (env_kwargs is not None or randomize is not None or physics is not None or wrap is not None or adr is not None
-            or observation_window != (1, False)):
+    if (
+        env_kwargs is not None
+        or randomize is not None
+        or physics is not None
+        or wrap is not None
+        or adr is not None
+        or observation_window != (1, False)
+    ):
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
     if vec_env == "ale":
-        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames, frame_size=frame_size,
-                         repeat_action_probability=sticky_actions)
+        return AleVecEnv(
+            env_name,
+            num_envs,
+            n_stack,
+            seed,
+            max_episode_frames,
+            frame_size=frame_size,
+            repeat_action_probability=sticky_actions,
+        )
     env_kwargs = wrapper_skips_frames(env_name)
     if sticky_actions is not None:
         env_kwargs["repeat_action_probability"] = sticky_actions
     if max_episode_frames is not None:
         env_kwargs["max_episode_steps"] = max_episode_frames
     with workers_ignore_stop_signals():  # Ctrl+C stops the run, not its subproc workers (see control.py)
-        venv = make_atari_env(functools.partial(_make_ale, env_name), n_envs=num_envs, seed=seed,
-                              env_kwargs=env_kwargs, vec_env_cls=VEC_ENVS[vec_env],
-                              wrapper_kwargs={"screen_size": frame_size})
+        venv = make_atari_env(
+            functools.partial(_make_ale, env_name),
+            n_envs=num_envs,
+            seed=seed,
+            env_kwargs=env_kwargs,
+            vec_env_cls=VEC_ENVS[vec_env],
+            wrapper_kwargs={"screen_size": frame_size},
+        )
     return stack_frames(venv, n_stack)
 
 
@@ -228,11 +273,20 @@ PROTOCOL_SETTINGS = {
 }
 
 
-def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str, Protocol] = "classic", n_stack: int = 4,
-                   full_action_space: bool = False, video_dir: Optional[str] = None,
-                   max_episodes_per_env: Union[int, Sequence[int], None] = None,
-                   max_episode_frames: Optional[int] = None, vec_env: str = "dummy", frame_size: int = 84,
-                   observation_window: tuple[int, bool] = (1, False)) -> VecEnv:
+def make_eval_envs(
+    env_name: str,
+    num_envs: int,
+    seed: int,
+    protocol: Union[str, Protocol] = "classic",
+    n_stack: int = 4,
+    full_action_space: bool = False,
+    video_dir: Optional[str] = None,
+    max_episodes_per_env: Union[int, Sequence[int], None] = None,
+    max_episode_frames: Optional[int] = None,
+    vec_env: str = "dummy",
+    frame_size: int = 84,
+    observation_window: tuple[int, bool] = (1, False),
+) -> VecEnv:
     """``num_envs`` evaluation copies of an Atari game under ``protocol`` (a name of ``PROTOCOLS``, or
     a `Protocol` of its own, e.g. one cell of ``robustness.py``): observations
     ``[num_envs, n_stack, frame_size, frame_size]`` uint8, as in training (see ``envs.make_vec_env``). Any other
@@ -261,8 +315,9 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
     if isinstance(protocol, str) and protocol not in PROTOCOL_SETTINGS:
         raise UsageError(f"unknown evaluation protocol '{protocol}' (one of {', '.join(PROTOCOLS)})")
     if full_action_space and protocol != "machado":
-        raise UsageError("--full-action-space belongs to --protocol machado (the classic protocol plays the "
-                         "minimal action set)")
+        raise UsageError(
+            "--full-action-space belongs to --protocol machado (the classic protocol plays the minimal action set)"
+        )
     check_env_id(env_name)
     atari = is_atari(env_name)
     if not atari and protocol != "classic":
@@ -290,34 +345,60 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
             first, stride = rank + 1, num_envs
         else:
             first, stride = 1 + sum(caps[:rank]), 1  # type: ignore[arg-type]
-        return GameRecorder(env, video_dir, f"env{rank:02d}", first_episode=first, episode_stride=stride,
-                            max_games=caps[rank])
+        return GameRecorder(
+            env, video_dir, f"env{rank:02d}", first_episode=first, episode_stride=stride, max_games=caps[rank]
+        )
 
     if not atari:
         if video_dir is None:
-            return make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames,
-                                observation_window=observation_window)
+            return make_vec_env(
+                env_name,
+                num_envs,
+                seed=seed,
+                vec_env=vec_env,
+                max_episode_frames=max_episode_frames,
+                observation_window=observation_window,
+            )
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
-        return GymVecEnv(env_name, num_envs, seed, "sync", [{"render_mode": "rgb_array"}] * num_envs,
-                         max_episode_frames, wrap=record, observation_window=observation_window)
+        return GymVecEnv(
+            env_name,
+            num_envs,
+            seed,
+            "sync",
+            [{"render_mode": "rgb_array"}] * num_envs,
+            max_episode_frames,
+            wrap=record,
+            observation_window=observation_window,
+        )
 
     settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
-    env_kwargs: dict[str, Any] = {"repeat_action_probability": settings.repeat_action_probability,
-                                  "full_action_space": bool(full_action_space), **wrapper_skips_frames(env_name)}
+    env_kwargs: dict[str, Any] = {
+        "repeat_action_probability": settings.repeat_action_probability,
+        "full_action_space": bool(full_action_space),
+        **wrapper_skips_frames(env_name),
+    }
     cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
     if cap is not None:
         env_kwargs["max_episode_steps"] = int(cap)
     if vec_env == "ale" and video_dir is None:
-        return AleVecEnv(env_name, num_envs, n_stack, seed, max_episode_frames=cap,
-                         repeat_action_probability=settings.repeat_action_probability,
-                         full_action_space=bool(full_action_space), noop_max=settings.noop_max,
-                         frame_size=frame_size)
+        return AleVecEnv(
+            env_name,
+            num_envs,
+            n_stack,
+            seed,
+            max_episode_frames=cap,
+            repeat_action_probability=settings.repeat_action_probability,
+            full_action_space=bool(full_action_space),
+            noop_max=settings.noop_max,
+            frame_size=frame_size,
+        )
 
     def make_env(rank: int):
         def _init() -> gym.Env:
             env = _make_ale(env_name, **env_kwargs)
             env.action_space.seed(seed + rank)
             return AtariWrapper(Monitor(record(rank, env)), noop_max=settings.noop_max, screen_size=frame_size)
+
         return _init
 
     venv = DummyVecEnv([make_env(i) for i in range(num_envs)])
@@ -325,8 +406,9 @@ def make_eval_envs(env_name: str, num_envs: int, seed: int, protocol: Union[str,
     return stack_frames(venv, n_stack)
 
 
-def effective_frame_cap(env_name: str, protocol: Union[str, Protocol],
-                        max_episode_frames: Optional[int] = None) -> Optional[int]:
+def effective_frame_cap(
+    env_name: str, protocol: Union[str, Protocol], max_episode_frames: Optional[int] = None
+) -> Optional[int]:
     """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
     limit, whichever is smaller); None when neither limits it."""
     if not is_atari(env_name):  # steps, not frames: the cap given, or the env's own time limit

@@ -22,6 +22,7 @@ C++ path reports the same);
 the agent still sees a lost life as the end of its episode, and its memory is reset there,
 as in training.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,6 +37,7 @@ from envs import make_eval_envs
 from model import ActorCritic
 from normalize import copy_obs_stats, normalized
 from utils import atomic_write
+
 
 # ------------------------------------------------------------------------------------------------ results
 @dataclass
@@ -73,9 +75,16 @@ class EvalResult:
         return self._stat(np.max)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"episodes": len(self.scores), "mean": self.mean, "std": self.std, "median": self.median,
-                "min": self.min, "max": self.max, "scores": [float(s) for s in self.scores],
-                "lengths": [int(n) for n in self.lengths]}
+        return {
+            "episodes": len(self.scores),
+            "mean": self.mean,
+            "std": self.std,
+            "median": self.median,
+            "min": self.min,
+            "max": self.max,
+            "scores": [float(s) for s in self.scores],
+            "lengths": [int(n) for n in self.lengths],
+        }
 
 
 def episode_shares(episodes: int, num_envs: int) -> list[int]:
@@ -84,8 +93,13 @@ def episode_shares(episodes: int, num_envs: int) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: bool = False,
-             generator: Optional[torch.Generator] = None) -> EvalResult:
+def evaluate(
+    model: ActorCritic,
+    envs: VecEnv,
+    episodes: int,
+    deterministic: bool = False,
+    generator: Optional[torch.Generator] = None,
+) -> EvalResult:
     """Play ``episodes`` whole games; return their raw scores and lengths.
 
     Actions are sampled from the policy, or with ``deterministic=True`` the most probable action
@@ -111,7 +125,9 @@ def evaluate(model: ActorCritic, envs: VecEnv, episodes: int, deterministic: boo
                 actions = model.mode(logits)
             elif model.continuous:  # the Gaussian's mean plus its spread times noise from the generator
                 mean = model.mode(logits)
-                actions = model.policy.sample_with(logits, torch.randn(mean.shape, generator=generator, device=mean.device))
+                actions = model.policy.sample_with(
+                    logits, torch.randn(mean.shape, generator=generator, device=mean.device)
+                )
             else:
                 actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
             obs_np, _, dones, infos = envs.step(actions.cpu().numpy())
@@ -133,15 +149,32 @@ class PeriodicEvaluator:
     random numbers, and so the training run itself, exactly as they would be without it.
     """
 
-    def __init__(self, env_name: str, episodes: int, seed: int, n_stack: int = 4, frame_size: int = 84,
-                 num_envs: Optional[int] = None,
-                 max_episode_frames: Optional[int] = None, vec_env: str = "dummy",
-                 obs_stats_from: Optional[VecEnv] = None, observation_window: tuple[int, bool] = (1, False)) -> None:
+    def __init__(
+        self,
+        env_name: str,
+        episodes: int,
+        seed: int,
+        n_stack: int = 4,
+        frame_size: int = 84,
+        num_envs: Optional[int] = None,
+        max_episode_frames: Optional[int] = None,
+        vec_env: str = "dummy",
+        obs_stats_from: Optional[VecEnv] = None,
+        observation_window: tuple[int, bool] = (1, False),
+    ) -> None:
         self.episodes = episodes
         self.generator = torch.Generator().manual_seed(seed)
-        self.envs = make_eval_envs(env_name, num_envs or min(episodes, 8), seed, "classic", n_stack,
-                                   max_episode_frames=max_episode_frames, vec_env=vec_env, frame_size=frame_size,
-                                   observation_window=observation_window)
+        self.envs = make_eval_envs(
+            env_name,
+            num_envs or min(episodes, 8),
+            seed,
+            "classic",
+            n_stack,
+            max_episode_frames=max_episode_frames,
+            vec_env=vec_env,
+            frame_size=frame_size,
+            observation_window=observation_window,
+        )
         # With --normalize-obs: the training envs, whose statistics each evaluation plays with, frozen.
         self.obs_stats_from = obs_stats_from
         self.envs = normalized(self.envs, obs_stats_from is not None, False, training=False)
@@ -160,12 +193,12 @@ class PeriodicEvaluator:
 
 def summarize(r: EvalResult) -> str:
     """One line: episode count, mean, std (population), median, min and max of the scores."""
-    return (f"episodes: {len(r.scores)}  mean: {r.mean:.2f}  std: {r.std:.2f}  median: {r.median:.2f}  "
-            f"min: {r.min:.2f}  max: {r.max:.2f}")
+    return (
+        f"episodes: {len(r.scores)}  mean: {r.mean:.2f}  std: {r.std:.2f}  median: {r.median:.2f}  "
+        f"min: {r.min:.2f}  max: {r.max:.2f}"
+    )
 
 
 def write_json(data: dict[str, Any], path: str) -> None:
     """Write ``data`` as indented JSON, atomically (see `utils.atomic_write`)."""
     atomic_write(path, lambda f: f.write(json.dumps(data, indent=2) + "\n"), binary=False)
-
-

@@ -28,6 +28,7 @@ so a long episode is not diluted), with ``ratio = pi(a|s) / pi_old(a|s)``::
 With one epoch of one minibatch the ratio is 1 and its gradient is that of ``log pi``, so the
 update is REINFORCE with the group mean as baseline (the estimator GRPO grew from).
 """
+
 from __future__ import annotations
 
 import copy
@@ -57,18 +58,37 @@ EQUAL_RETURNS = 1e-6
 @dataclass
 class Group:
     """GRPO's own settings (``config.group``); its clipped objective's are PPO's (``ppo.Clipped``)."""
-    size: int = setting(8, "Envs in a group: they reset with one seed (the same start state) and each member's "
-                           "advantage is its return against the group's (must divide --num-envs).",
-                        flag="--group-size", parse=positive_int, metavar="G")
-    horizon: int = setting(0, "Steps a member plays at most in a round (0: until its episode ends, within the env's "
-                              "own time limit).", parse=non_negative_int, metavar="T")
-    scale_by_std: bool = setting(True, "Divide each advantage by its group's standard deviation; "
-                                       "--no-group-scale-by-std: the return minus the group's mean only, as Dr. GRPO.",
-                                 flag="--group-scale-by-std", aliases=("--group-std",))
-    kl_coeff: float = setting(0.0, "Weight of the KL penalty to a reference policy (k3 estimator); 0: none.",
-                              parse=non_negative, metavar="C")
-    ref_interval: int = setting(10, "Updates between refreshes of the KL reference to the current policy (with "
-                                    "--kl-coeff).", parse=positive_int, metavar="N")
+
+    size: int = setting(
+        8,
+        "Envs in a group: they reset with one seed (the same start state) and each member's "
+        "advantage is its return against the group's (must divide --num-envs).",
+        flag="--group-size",
+        parse=positive_int,
+        metavar="G",
+    )
+    horizon: int = setting(
+        0,
+        "Steps a member plays at most in a round (0: until its episode ends, within the env's own time limit).",
+        parse=non_negative_int,
+        metavar="T",
+    )
+    scale_by_std: bool = setting(
+        True,
+        "Divide each advantage by its group's standard deviation; "
+        "--no-group-scale-by-std: the return minus the group's mean only, as Dr. GRPO.",
+        flag="--group-scale-by-std",
+        aliases=("--group-std",),
+    )
+    kl_coeff: float = setting(
+        0.0, "Weight of the KL penalty to a reference policy (k3 estimator); 0: none.", parse=non_negative, metavar="C"
+    )
+    ref_interval: int = setting(
+        10,
+        "Updates between refreshes of the KL reference to the current policy (with --kl-coeff).",
+        parse=positive_int,
+        metavar="N",
+    )
 
 
 # The settings of the clipped objective (PPO's block) that GRPO reads too.
@@ -86,11 +106,12 @@ def episode_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> 
     with torch.no_grad():
         mask = mask.float()
         k = torch.cumsum(mask, 0) - mask  # valid steps before t
-        return (rewards.float() * mask * gamma ** k).sum(0)
+        return (rewards.float() * mask * gamma**k).sum(0)
 
 
-def group_advantages(returns: torch.Tensor, group_size: int,
-                     scale_by_std: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def group_advantages(
+    returns: torch.Tensor, group_size: int, scale_by_std: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages ``[N]`` of ``N = groups x group_size`` members and which groups carry a signal.
 
     Member ``i`` belongs to group ``i // group_size``. ``A_i = G_i - mean`` of its group, over the
@@ -118,9 +139,17 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
-def grpo_loss(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
-              advantages: torch.Tensor, weights: torch.Tensor, clip_eps: float, entropy_coeff: float,
-              kl_coeff: float = 0.0, ref_log_probs: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+def grpo_loss(
+    dist: torch.distributions.Distribution,
+    actions: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    clip_eps: float,
+    entropy_coeff: float,
+    kl_coeff: float = 0.0,
+    ref_log_probs: Optional[torch.Tensor] = None,
+) -> dict[str, torch.Tensor]:
     """The clipped surrogate, entropy and KL terms over the steps where ``weights`` is 1.
 
     ``advantages`` are per step (the member's advantage broadcast over its steps); all tensors are
@@ -142,15 +171,15 @@ def grpo_loss(dist: torch.distributions.Distribution, actions: torch.Tensor, old
 class GroupBatch:
     """One round of groups, ready for the loss. Time-major ``[T, N]``; T is the longest episode."""
 
-    obs: torch.Tensor             # [T, N, ...]
+    obs: torch.Tensor  # [T, N, ...]
     episode_starts: torch.Tensor  # [T, N] float, 1 at each member's first step (t = 0)
-    actions: torch.Tensor         # [T, N] long, or [T, N, A] float
-    log_probs: torch.Tensor       # [T, N] log pi_old(a_t | s_t) of the policy that acted
-    rewards: torch.Tensor         # [T, N] env rewards (0 on masked steps)
-    mask: torch.Tensor            # [T, N] float, 1 where step t belongs to member i's episode
-    returns: torch.Tensor         # [N] discounted return of each member
-    advantages: torch.Tensor      # [N] group-relative advantage of each member
-    informative: torch.Tensor     # [groups] bool, False where a group's returns were all equal
+    actions: torch.Tensor  # [T, N] long, or [T, N, A] float
+    log_probs: torch.Tensor  # [T, N] log pi_old(a_t | s_t) of the policy that acted
+    rewards: torch.Tensor  # [T, N] env rewards (0 on masked steps)
+    mask: torch.Tensor  # [T, N] float, 1 where step t belongs to member i's episode
+    returns: torch.Tensor  # [N] discounted return of each member
+    advantages: torch.Tensor  # [N] group-relative advantage of each member
+    informative: torch.Tensor  # [groups] bool, False where a group's returns were all equal
 
     @property
     def weights(self) -> torch.Tensor:
@@ -173,9 +202,19 @@ class GRPOAgent(Agent):
     penalty's reference, refreshed every ``ref_interval`` updates and saved in full checkpoints.
     """
 
-    def __init__(self, model: ActorCritic, *, group_size: int, clip_eps: float = 0.2, update_epochs: int = 8,
-                 minibatches: int = 16, kl_coeff: float = 0.0, ref_interval: int = 10, scale_by_std: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        group_size: int,
+        clip_eps: float = 0.2,
+        update_epochs: int = 8,
+        minibatches: int = 16,
+        kl_coeff: float = 0.0,
+        ref_interval: int = 10,
+        scale_by_std: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model, **kwargs)
         self.group_size, self.clip_eps = group_size, clip_eps
         self.update_epochs, self.minibatches = update_epochs, minibatches
@@ -184,13 +223,21 @@ class GRPOAgent(Agent):
         if kl_coeff > 0:
             self.reference = copy.deepcopy(model).requires_grad_(False)
 
-    def make_group_batch(self, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
-                         log_probs: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor) -> GroupBatch:
+    def make_group_batch(
+        self,
+        obs: torch.Tensor,
+        episode_starts: torch.Tensor,
+        actions: torch.Tensor,
+        log_probs: torch.Tensor,
+        rewards: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> GroupBatch:
         """A round's tensors with each member's return and its group-relative advantage."""
         returns = episode_returns(rewards, mask, self.gamma)
         advantages, informative = group_advantages(returns, self.group_size, self.scale_by_std)
-        return GroupBatch(obs, episode_starts, actions, log_probs, rewards * mask, mask, returns, advantages,
-                          informative)
+        return GroupBatch(
+            obs, episode_starts, actions, log_probs, rewards * mask, mask, returns, advantages, informative
+        )
 
     def sequence_policy(self, batch: GroupBatch, members: torch.Tensor) -> torch.distributions.Distribution:
         """The current policy at every step of ``members`` (their episodes run from their start,
@@ -199,16 +246,25 @@ class GRPOAgent(Agent):
         logits, _, _ = self.model.forward_sequence(batch.obs[:, members], state, batch.episode_starts[:, members])
         return self.model.distribution(logits)
 
-    def loss(self, batch: GroupBatch, members: Optional[torch.Tensor] = None,
-             ref_log_probs: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    def loss(
+        self, batch: GroupBatch, members: Optional[torch.Tensor] = None, ref_log_probs: Optional[torch.Tensor] = None
+    ) -> dict[str, torch.Tensor]:
         """The GRPO loss terms on ``members`` (all by default) of a round."""
         if members is None:
             members = torch.arange(batch.mask.shape[1], device=batch.mask.device)
         dist = self.sequence_policy(batch, members)
         advantages = batch.advantages[members].unsqueeze(0).expand_as(batch.mask[:, members])
-        return grpo_loss(dist, batch.actions[:, members], batch.log_probs[:, members], advantages,
-                         batch.weights[:, members], self.clip_eps, self.entropy_coeff, self.kl_coeff,
-                         None if ref_log_probs is None else ref_log_probs[:, members])
+        return grpo_loss(
+            dist,
+            batch.actions[:, members],
+            batch.log_probs[:, members],
+            advantages,
+            batch.weights[:, members],
+            self.clip_eps,
+            self.entropy_coeff,
+            self.kl_coeff,
+            None if ref_log_probs is None else ref_log_probs[:, members],
+        )
 
     @torch.no_grad()
     def reference_log_probs(self, batch: GroupBatch) -> Optional[torch.Tensor]:
@@ -222,12 +278,25 @@ class GRPOAgent(Agent):
     @classmethod
     def from_config(cls, model: ActorCritic, config: Config) -> "GRPOAgent":
         group, clip = config.group, config.clip
-        return cls(model, **agent_settings(config), group_size=group.size, clip_eps=clip.eps,
-                   update_epochs=clip.epochs, minibatches=clip.minibatches, kl_coeff=group.kl_coeff,
-                   ref_interval=group.ref_interval, scale_by_std=group.scale_by_std)
+        return cls(
+            model,
+            **agent_settings(config),
+            group_size=group.size,
+            clip_eps=clip.eps,
+            update_epochs=clip.epochs,
+            minibatches=clip.minibatches,
+            kl_coeff=group.kl_coeff,
+            ref_interval=group.ref_interval,
+            scale_by_std=group.scale_by_std,
+        )
 
-    def update(self, batch: GroupBatch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
-               generator: Optional[torch.Generator] = None) -> dict[str, float]:
+    def update(
+        self,
+        batch: GroupBatch,
+        index: int = 0,
+        on_loss: Optional[Callable[[float], None]] = None,
+        generator: Optional[torch.Generator] = None,
+    ) -> dict[str, float]:
         """Update ``index`` (counted from 0): ``update_epochs`` passes over the round's members in
         ``minibatches`` shuffled minibatches, one clipped gradient step each; then the KL reference
         is refreshed if ``ref_interval`` updates have passed. ``on_loss`` first sees the round's
@@ -251,8 +320,9 @@ class GRPOAgent(Agent):
             return stats
         # Only members that train are split into minibatches (the others weigh 0 in every loss).
         members = torch.nonzero(batch.informative.repeat_interleave(self.group_size)).squeeze(1).to(self.device)
-        means, _, skipped = self.minibatch_epochs(members, self.update_epochs, self.minibatches,
-                                                  lambda part: self.loss(batch, part, ref_log_probs), generator)
+        means, _, skipped = self.minibatch_epochs(
+            members, self.update_epochs, self.minibatches, lambda part: self.loss(batch, part, ref_log_probs), generator
+        )
         stats.update({name: value for name, value in means.items() if name != "skipped"})
         stats["skipped"] = float(skipped > 0)
         self._refresh_reference(index)
@@ -294,20 +364,34 @@ class GroupCollector:
         runner.reset(group_seeds(config.seed, runner.state.update, self.groups, config.group.size))
         # Which members are still in their episode, kept on the host (the loop reads it every step).
         playing = np.ones(config.num_envs, dtype=bool)
-        steps: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "starts", "actions", "log_probs", "rewards", "mask")}
+        steps: dict[str, list[torch.Tensor]] = {
+            k: [] for k in ("obs", "starts", "actions", "log_probs", "rewards", "mask")
+        }
         for t in range(self.horizon):
             obs, starts = runner.obs, runner.episode_starts
             actions, log_probs, _, next_state = agent.act(obs, runner.recurrent_state, starts)
             step = runner.step(actions, next_state, t, playing)
-            for name, value in (("obs", obs), ("starts", starts), ("actions", actions), ("log_probs", log_probs),
-                                ("rewards", step.rewards), ("mask", step.playing)):
+            for name, value in (
+                ("obs", obs),
+                ("starts", starts),
+                ("actions", actions),
+                ("log_probs", log_probs),
+                ("rewards", step.rewards),
+                ("mask", step.playing),
+            ):
                 steps[name].append(value)
             playing = playing & ~step.ended
             if not playing.any():
                 break
         stacked = {name: torch.stack(values) for name, values in steps.items()}
-        return agent.make_group_batch(stacked["obs"], stacked["starts"], stacked["actions"], stacked["log_probs"],
-                                      stacked["rewards"], stacked["mask"])
+        return agent.make_group_batch(
+            stacked["obs"],
+            stacked["starts"],
+            stacked["actions"],
+            stacked["log_probs"],
+            stacked["rewards"],
+            stacked["mask"],
+        )
 
 
 # --algo grpo on top of its env's defaults: no critic (nor reward normalization, which scales the
@@ -315,10 +399,21 @@ class GroupCollector:
 # minibatch steps per update, as PPO, whose settings GRPO's clipped objective shares), 32 envs
 # (4 groups of 8), and a budget of env steps rather than updates, since rounds vary in length. A
 # round holds thousands of env steps (LunarLander: about 13,000), so it logs and saves more often.
-DEFAULTS: dict[str, Any] = {"critic": False, "normalize_reward": False, "num_envs": 32, "optimizer": "adam",
-                            "lr": 3e-4, "lr_schedule": "constant", "num_updates": 1_000_000,
-                            "max_env_steps": 1_000_000, "clip.epochs": 8, "clip.minibatches": 16,
-                            "log_interval": 1, "histogram_interval": 10, "checkpoint_interval": 10}
+DEFAULTS: dict[str, Any] = {
+    "critic": False,
+    "normalize_reward": False,
+    "num_envs": 32,
+    "optimizer": "adam",
+    "lr": 3e-4,
+    "lr_schedule": "constant",
+    "num_updates": 1_000_000,
+    "max_env_steps": 1_000_000,
+    "clip.epochs": 8,
+    "clip.minibatches": 16,
+    "log_interval": 1,
+    "histogram_interval": 10,
+    "checkpoint_interval": 10,
+}
 
 
 def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
@@ -329,13 +424,18 @@ def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
 def check(config: Config) -> None:
     """Refuse, in one line, the settings that --algo grpo cannot train with."""
     if is_atari(config.env_name):
-        raise UsageError(f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on "
-                         f"{config.env_name}")
-    for enabled, flag in ((config.curiosity.enabled, "--icm"), (config.critic, "--critic"),
-                          (config.normalize_reward, "--normalize-reward")):
+        raise UsageError(
+            f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on {config.env_name}"
+        )
+    for enabled, flag in (
+        (config.curiosity.enabled, "--icm"),
+        (config.critic, "--critic"),
+        (config.normalize_reward, "--normalize-reward"),
+    ):
         if enabled:
-            raise UsageError(f"--algo grpo trains without a critic and with group-relative returns; {flag} is for "
-                             f"--algo a2c")
+            raise UsageError(
+                f"--algo grpo trains without a critic and with group-relative returns; {flag} is for --algo a2c"
+            )
     if config.randomize_domain == "adr":
         raise UsageError("--randomize-domain adr is for --algo a2c and ppo (a GRPO group plays one physics)")
     size = config.group.size

@@ -18,6 +18,7 @@ Each env is wrapped in ``RecordEpisodeStatistics``: the episode's raw return and
 :class:`ObservationWindow` (``--obs-history``, ``--prev-action-reward``) lets a feed-forward policy see
 more than the current observation: the ones before it, and what it did and got one step ago.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -56,8 +57,9 @@ class ObservationWindow(gym.Wrapper):
             action_high = np.ones(action_size) if self.discrete else np.ravel(actions.high)
             low += [action_low, [-np.inf]]
             high += [action_high, [np.inf]]
-        self.observation_space = gym.spaces.Box(np.concatenate(low).astype(np.float32),
-                                                np.concatenate(high).astype(np.float32), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(
+            np.concatenate(low).astype(np.float32), np.concatenate(high).astype(np.float32), dtype=np.float32
+        )
         self.frames: deque[np.ndarray] = deque(maxlen=self.length)
         self.last = np.zeros(action_size + 1 if self.actions_rewards else 0, np.float32)
 
@@ -85,8 +87,14 @@ class ObservationWindow(gym.Wrapper):
         return self._observation(), reward, terminated, truncated, info
 
 
-def _make_env(env_id: str, kwargs: dict[str, Any], max_episode_steps: Optional[int], rank: int,
-              wrap: Optional[Callable[[int, gym.Env], gym.Env]], observation_window: tuple[int, bool] = (1, False)) -> gym.Env:
+def _make_env(
+    env_id: str,
+    kwargs: dict[str, Any],
+    max_episode_steps: Optional[int],
+    rank: int,
+    wrap: Optional[Callable[[int, gym.Env], gym.Env]],
+    observation_window: tuple[int, bool] = (1, False),
+) -> gym.Env:
     extra = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     env = gym.make(env_id, **kwargs, **extra)
     env = env if wrap is None else wrap(rank, env)
@@ -118,18 +126,26 @@ class GymVecEnv(VecEnv):
     :class:`ObservationWindow` shows the policy; (1, False), the default, is the observation alone.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int = 0, mode: str = "sync",
-                 env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
-                 max_episode_steps: Optional[int] = None,
-                 wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None,
-                 observation_window: tuple[int, bool] = (1, False)) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int = 0,
+        mode: str = "sync",
+        env_kwargs: Optional[Sequence[dict[str, Any]]] = None,
+        max_episode_steps: Optional[int] = None,
+        wrap: Optional[Callable[[int, gym.Env], gym.Env]] = None,
+        observation_window: tuple[int, bool] = (1, False),
+    ) -> None:
         if mode not in VECTOR_MODES:
             raise ValueError(f"unknown vector mode {mode!r} (one of {', '.join(VECTOR_MODES)})")
         kwargs = list(env_kwargs) if env_kwargs is not None else [{} for _ in range(num_envs)]
         if len(kwargs) != num_envs:
             raise ValueError(f"{len(kwargs)} sets of env kwargs for {num_envs} envs")
         makers: list[Callable[[], gym.Env]] = [
-            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap, observation_window)) for i, k in enumerate(kwargs)]
+            (lambda i=i, k=k: _make_env(env_id, k, max_episode_steps, i, wrap, observation_window))
+            for i, k in enumerate(kwargs)
+        ]
         if mode == "sync":
             self.envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         else:

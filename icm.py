@@ -9,6 +9,7 @@ method, ``rewards_and_losses``.
 Transitions whose ``s_t+1`` is not the true next observation (the env reset after a done) carry
 ``valid = 0``: their reward is zero and they are left out of every loss.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, Sequence
@@ -23,8 +24,9 @@ from nets.encoders import ConvEncoder
 class IntrinsicRewardProvider(Protocol):
     """What the agent asks of a curiosity-style module; ``nn.Module`` so it can be optimized and saved."""
 
-    def rewards_and_losses(self, frames: torch.Tensor, actions: torch.Tensor,
-                           valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def rewards_and_losses(
+        self, frames: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``frames [T+1, N, ...]``: the rollout's observations, then the one after its last step,
         so transition t goes from ``frames[t]`` to ``frames[t+1]`` by ``actions[t]``.
 
@@ -56,9 +58,17 @@ class ICM(nn.Module):
     intrinsic reward by its running std takes out.
     """
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, eta: float = 0.01, beta: float = 0.2,
-                 hidden_size: int = 256, channels_last: bool = False, forward_trains_phi: bool = True,
-                 encoder_chunk: int = 0) -> None:
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        eta: float = 0.01,
+        beta: float = 0.2,
+        hidden_size: int = 256,
+        channels_last: bool = False,
+        forward_trains_phi: bool = True,
+        encoder_chunk: int = 0,
+    ) -> None:
         super().__init__()
         self.forward_trains_phi = forward_trains_phi
         self.spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "hidden_size": int(hidden_size)}
@@ -67,15 +77,17 @@ class ICM(nn.Module):
         if channels_last:
             self.phi.to(memory_format=torch.channels_last)
         features = self.phi.out_features
-        self.inverse = nn.Sequential(nn.Linear(2 * features, hidden_size), nn.ELU(),
-                                     nn.Linear(hidden_size, num_actions))
-        self.forward_model = nn.Sequential(nn.Linear(features + num_actions, hidden_size), nn.ELU(),
-                                           nn.Linear(hidden_size, features))
+        self.inverse = nn.Sequential(
+            nn.Linear(2 * features, hidden_size), nn.ELU(), nn.Linear(hidden_size, num_actions)
+        )
+        self.forward_model = nn.Sequential(
+            nn.Linear(features + num_actions, hidden_size), nn.ELU(), nn.Linear(hidden_size, features)
+        )
 
     def _flat(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor):
         lead = actions.shape
-        obs = obs.reshape(-1, *obs.shape[len(lead):])
-        next_obs = next_obs.reshape(-1, *next_obs.shape[len(lead):])
+        obs = obs.reshape(-1, *obs.shape[len(lead) :])
+        next_obs = next_obs.reshape(-1, *next_obs.shape[len(lead) :])
         return obs, next_obs, actions.reshape(-1), lead
 
     def prediction_error(self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -85,32 +97,37 @@ class ICM(nn.Module):
         return 0.5 * (predicted - phi_next).pow(2).sum(dim=1)
 
     @torch.no_grad()
-    def rewards(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
-                valid: torch.Tensor) -> torch.Tensor:
+    def rewards(
+        self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         """Intrinsic reward of transitions ``obs -> next_obs`` (shaped as ``actions``), 0 where ``valid`` is 0."""
         obs, next_obs, flat_actions, lead = self._flat(obs, next_obs, actions)
         error = self.prediction_error(self.phi(obs), self.phi(next_obs), flat_actions)
         return self.eta * error.view(lead) * valid
 
-    def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor,
-               valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    def losses(
+        self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """The loss terms of transitions ``obs -> next_obs`` (any leading shape, as ``actions``)."""
         obs, next_obs, flat_actions, _ = self._flat(obs, next_obs, actions)
         return self._losses(self.phi(obs), self.phi(next_obs), flat_actions, valid.reshape(-1).float())[0]
 
-    def rewards_and_losses(self, frames: torch.Tensor, actions: torch.Tensor,
-                           valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def rewards_and_losses(
+        self, frames: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`rewards` and :meth:`losses` of the transitions ``frames[t] -> frames[t+1]``, from
         one pass of the T+1 frames through phi (the separate calls take four passes of T frames)."""
         T, N = actions.shape
         features = self.phi(frames.reshape(-1, *frames.shape[2:])).view(T + 1, N, -1)
         mask = valid.reshape(-1).float()
-        terms, error = self._losses(features[:-1].reshape(T * N, -1), features[1:].reshape(T * N, -1),
-                                    actions.reshape(-1), mask)
+        terms, error = self._losses(
+            features[:-1].reshape(T * N, -1), features[1:].reshape(T * N, -1), actions.reshape(-1), mask
+        )
         return self.eta * error.detach().view(T, N) * valid, terms
 
-    def _losses(self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor,
-                mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _losses(
+        self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The loss terms from features of ``[B]`` transitions, and each one's forward-model error."""
         logits = self.inverse(torch.cat([phi, phi_next], dim=1))
         inverse = masked_mean(F.cross_entropy(logits, actions, reduction="none"), mask)

@@ -9,6 +9,7 @@ Every setting's flag is made from its declaration (``config.setting``: default, 
 algorithm's in its own file); this file adds the flags of the modes (resume, evaluation, plots)
 and dispatches. ``docs/flags.md`` is :func:`flags_page`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,57 +17,147 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from config import (ALGORITHM_BLOCKS, Config, field_doc, flag_names, flag_of, get_setting, is_switch, positive_int,
-                    setting_field, setting_names, with_settings)
-from config import parse_seed  # noqa: F401  (the seed's parser, for scripts that read seeds as --seed does)
+from config import (
+    ALGORITHM_BLOCKS,
+    Config,
+    field_doc,
+    flag_names,
+    flag_of,
+    get_setting,
+    is_switch,
+    parse_seed,  # noqa: F401  (the seed's parser, for scripts that read seeds as --seed does)
+    positive_int,
+    setting_field,
+    setting_names,
+    with_settings,
+)
 
 # Flags of --eval only: given without --eval they are refused rather than silently ignored.
-EVAL_ONLY = ("episodes", "deterministic", "protocol", "full_action_space", "eval_envs", "json", "video", "physics_grid",
-             "robustness")
+EVAL_ONLY = (
+    "episodes",
+    "deterministic",
+    "protocol",
+    "full_action_space",
+    "eval_envs",
+    "json",
+    "video",
+    "physics_grid",
+    "robustness",
+)
 
 # The flags of the modes, not settings (names, argparse's keywords): resume, evaluation and plots.
 MODE_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (("--resume",), dict(metavar="PATH", default=None,
-                         help="continue training from an a2c_last checkpoint, in its run directory")),
-    (("--eval",), dict(action="store_true", default=False,
-                       help="play a saved agent (--load) and print its raw scores instead of training")),
-    (("--load",), dict(metavar="PATH", default=None,
-                       help="checkpoint to play with --eval (a2c_best_reward, a2c_best_eval, a2c_best_loss or "
-                            "a2c_last)")),
+    (
+        ("--resume",),
+        dict(metavar="PATH", default=None, help="continue training from an a2c_last checkpoint, in its run directory"),
+    ),
+    (
+        ("--eval",),
+        dict(
+            action="store_true",
+            default=False,
+            help="play a saved agent (--load) and print its raw scores instead of training",
+        ),
+    ),
+    (
+        ("--load",),
+        dict(
+            metavar="PATH",
+            default=None,
+            help="checkpoint to play with --eval (a2c_best_reward, a2c_best_eval, a2c_best_loss or a2c_last)",
+        ),
+    ),
     (("--episodes",), dict(type=positive_int, default=10, metavar="N", help="episodes to play with --eval")),
-    (("--deterministic",), dict(dest="deterministic", action="store_true", default=False,
-                                help="with --eval, take the most probable action (argmax) instead of sampling one")),
-    (("--stochastic",), dict(dest="deterministic", action="store_false", default=argparse.SUPPRESS,
-                             help="with --eval, sample actions from the policy, as in training (the default)")),
-    (("--protocol",), dict(choices=["classic", "machado"], default="classic",
-                           help="with --eval: 'classic' (NoFrameskip-v4: up to 30 no-op starts, no sticky actions) "
-                                "or 'machado' (Machado et al. 2018: sticky actions 0.25, no no-op starts, games "
-                                "capped at 108,000 frames)")),
-    (("--full-action-space",), dict(action=argparse.BooleanOptionalAction, default=False,
-                                    help="with --eval --protocol machado, play with all 18 Atari actions (the "
-                                         "network must have 18)")),
-    (("--eval-envs",), dict(type=positive_int, default=None, metavar="N",
-                            help="envs played in parallel with --eval; none given: min(episodes, 8)")),
-    (("--json",), dict(metavar="PATH", default=None,
-                       help="with --eval, write the scores and statistics to this JSON file")),
-    (("--video",), dict(metavar="DIR", default=None,
-                        help="with --eval, record each game's screen as an .mp4 into this directory")),
-    (("--physics-grid",), dict(action="store_true", default=False,
-                               help="with --eval, play --episodes episodes in every cell of a grid of physics "
-                                    "(LunarLander: gravity x wind power; CartPole: gravity x pole length) and write "
-                                    "the mean returns as a table (--json, default CHECKPOINT_physics_grid.json) and "
-                                    "a heat map (--out, default CHECKPOINT_physics_grid.png)")),
-    (("--robustness",), dict(action="store_true", default=False,
-                             help="with --eval, play --episodes games of an Atari agent in every cell of sticky "
-                                  "actions (0, 0.05, 0.1, 0.25, 0.5) x no-op starts (none, up to 30), print the table "
-                                  "and write it as JSON (--json, default CHECKPOINT_robustness.json) and a curve of "
-                                  "score against stickiness (--out, default CHECKPOINT_robustness.png)")),
-    (("--plot",), dict(nargs="+", metavar="RUN_DIR", default=None,
-                       help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
-                            "variance, gradient norm against env steps) into one image (--out); given the JSON files "
-                            "of --eval --robustness, their agents' robustness curves")),
-    (("--out",), dict(metavar="FILE.png", default="plot.png",
-                      help="image written by --plot (or by --eval --physics-grid)")),
+    (
+        ("--deterministic",),
+        dict(
+            dest="deterministic",
+            action="store_true",
+            default=False,
+            help="with --eval, take the most probable action (argmax) instead of sampling one",
+        ),
+    ),
+    (
+        ("--stochastic",),
+        dict(
+            dest="deterministic",
+            action="store_false",
+            default=argparse.SUPPRESS,
+            help="with --eval, sample actions from the policy, as in training (the default)",
+        ),
+    ),
+    (
+        ("--protocol",),
+        dict(
+            choices=["classic", "machado"],
+            default="classic",
+            help="with --eval: 'classic' (NoFrameskip-v4: up to 30 no-op starts, no sticky actions) "
+            "or 'machado' (Machado et al. 2018: sticky actions 0.25, no no-op starts, games "
+            "capped at 108,000 frames)",
+        ),
+    ),
+    (
+        ("--full-action-space",),
+        dict(
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="with --eval --protocol machado, play with all 18 Atari actions (the network must have 18)",
+        ),
+    ),
+    (
+        ("--eval-envs",),
+        dict(
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="envs played in parallel with --eval; none given: min(episodes, 8)",
+        ),
+    ),
+    (
+        ("--json",),
+        dict(metavar="PATH", default=None, help="with --eval, write the scores and statistics to this JSON file"),
+    ),
+    (
+        ("--video",),
+        dict(metavar="DIR", default=None, help="with --eval, record each game's screen as an .mp4 into this directory"),
+    ),
+    (
+        ("--physics-grid",),
+        dict(
+            action="store_true",
+            default=False,
+            help="with --eval, play --episodes episodes in every cell of a grid of physics "
+            "(LunarLander: gravity x wind power; CartPole: gravity x pole length) and write "
+            "the mean returns as a table (--json, default CHECKPOINT_physics_grid.json) and "
+            "a heat map (--out, default CHECKPOINT_physics_grid.png)",
+        ),
+    ),
+    (
+        ("--robustness",),
+        dict(
+            action="store_true",
+            default=False,
+            help="with --eval, play --episodes games of an Atari agent in every cell of sticky "
+            "actions (0, 0.05, 0.1, 0.25, 0.5) x no-op starts (none, up to 30), print the table "
+            "and write it as JSON (--json, default CHECKPOINT_robustness.json) and a curve of "
+            "score against stickiness (--out, default CHECKPOINT_robustness.png)",
+        ),
+    ),
+    (
+        ("--plot",),
+        dict(
+            nargs="+",
+            metavar="RUN_DIR",
+            default=None,
+            help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
+            "variance, gradient norm against env steps) into one image (--out); given the JSON files "
+            "of --eval --robustness, their agents' robustness curves",
+        ),
+    ),
+    (
+        ("--out",),
+        dict(metavar="FILE.png", default="plot.png", help="image written by --plot (or by --eval --physics-grid)"),
+    ),
 ]
 
 
@@ -86,14 +177,22 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     the mode flags. ``with_defaults=False`` gives a parser whose result holds only the flags typed."""
     import algorithms  # noqa: F401  (the registry: it adds each algorithm's block of settings)
 
-    p = OneLineParser(description="Recurrent advantage actor-critic (A2C) for Atari games and gymnasium envs with "
-                                  "vector observations; PPO and GRPO with --algo.",
-                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, argument_default=None)
+    p = OneLineParser(
+        description="Recurrent advantage actor-critic (A2C) for Atari games and gymnasium envs with "
+        "vector observations; PPO and GRPO with --algo.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        argument_default=None,
+    )
     defaults = Config()
-    groups = {name: p.add_argument_group("with --algo " + " or ".join(block_readers(name)))
-              for name in ALGORITHM_BLOCKS}
+    groups = {
+        name: p.add_argument_group("with --algo " + " or ".join(block_readers(name))) for name in ALGORITHM_BLOCKS
+    }
     for name in setting_names():
-        _add_flag(groups.get(name.partition(".")[0], p), name, get_setting(defaults, name) if with_defaults else argparse.SUPPRESS)
+        _add_flag(
+            groups.get(name.partition(".")[0], p),
+            name,
+            get_setting(defaults, name) if with_defaults else argparse.SUPPRESS,
+        )
 
     mode = p.add_argument_group("resume and evaluation")
     policy = mode.add_mutually_exclusive_group()  # --deterministic or --stochastic
@@ -120,8 +219,14 @@ def _add_flag(group: Any, name: str, default: Any) -> None:
             kwargs.update(nargs="?", const=spec["const"])
     group.add_argument(*names, **kwargs)
     if spec.get("off"):
-        group.add_argument("--no-" + names[0][2:], dest=name, action="store_const", const=setting_field(name).default,
-                           default=argparse.SUPPRESS, help=spec["off"])
+        group.add_argument(
+            "--no-" + names[0][2:],
+            dest=name,
+            action="store_const",
+            const=setting_field(name).default,
+            default=argparse.SUPPRESS,
+            help=spec["off"],
+        )
 
 
 def help_of(name: str) -> str:
@@ -136,8 +241,11 @@ def block_readers(block: str) -> list[str]:
     """The algorithms that read any setting of an algorithm's ``block``."""
     from algorithms import ALGORITHMS
 
-    return [name for name, algorithm in ALGORITHMS.items()
-            if any(setting.partition(".")[0] == block for setting in algorithm.settings)]
+    return [
+        name
+        for name, algorithm in ALGORITHMS.items()
+        if any(setting.partition(".")[0] == block for setting in algorithm.settings)
+    ]
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[Config, argparse.Namespace, set[str]]:
@@ -162,8 +270,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         if (args.plot or args.eval) and "WORLD_SIZE" in os.environ and os.environ["WORLD_SIZE"] != "1":
-            raise UsageError(f"--{'plot' if args.plot else 'eval'} runs in one process: start it with python, "
-                             f"not torchrun")
+            raise UsageError(
+                f"--{'plot' if args.plot else 'eval'} runs in one process: start it with python, not torchrun"
+            )
         if args.plot and any(path.endswith(".json") for path in args.plot):
             from robustness import plot_robustness
 
@@ -184,12 +293,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError("--load is for --eval; to continue training use --resume PATH")
         typed_eval = [name for name in EVAL_ONLY if name in args.typed]
         if typed_eval:
-            flag = "--deterministic/--stochastic" if typed_eval[0] == "deterministic" else \
-                f"--{typed_eval[0].replace('_', '-')}"
+            flag = (
+                "--deterministic/--stochastic"
+                if typed_eval[0] == "deterministic"
+                else f"--{typed_eval[0].replace('_', '-')}"
+            )
             raise UsageError(f"{flag} is for --eval (with --load PATH)")
-        from training import train
-
         from algorithms import check_algorithm_settings, fixed_on_resume
+        from training import train
 
         if args.resume is not None:
             from checkpoints import RESUME_FIXED, load_checkpoint, settings_from_checkpoint
@@ -224,11 +335,15 @@ def flags_page() -> str:
     from checkpoints import RESUME_FIXED
 
     fixed = RESUME_FIXED | {name for algorithm in ALGORITHMS.values() for name in algorithm.fixed}
-    lines = ["# Every flag", "",
-             "`python main.py --help` lists them with their defaults; this page is made from the same declarations "
-             "(`main.flags_page`). A setting marked *fixed for a run* keeps, when the run is resumed, the value it "
-             "was trained with; the defaults of env families and algorithms other than A2C on Atari games are in "
-             "[Default settings](#default-settings).", ""]
+    lines = [
+        "# Every flag",
+        "",
+        "`python main.py --help` lists them with their defaults; this page is made from the same declarations "
+        "(`main.flags_page`). A setting marked *fixed for a run* keeps, when the run is resumed, the value it "
+        "was trained with; the defaults of env families and algorithms other than A2C on Atari games are in "
+        "[Default settings](#default-settings).",
+        "",
+    ]
     for title, block in (("Settings", ""), *((f"Settings {_readers(name)}", name) for name in ALGORITHM_BLOCKS)):
         lines += [f"## {title}", "", "| flag | default | meaning |", "|---|---|---|"]
         for name in setting_names():
@@ -251,11 +366,16 @@ def _default_settings() -> list[str]:
     from recipes import ENV_DEFAULTS, defaults_for
     from utils import UsageError
 
-    lines = ["## Default settings", "",
-             "The defaults above are those of A2C on Atari games. A new run of another env or algorithm starts "
-             "from these flags instead (a vector-observation env's id has its family's, then its own), and every "
-             "typed flag wins; a run's `config.json` holds what it ran with.", "",
-             "| `--algo` | env | its defaults |", "|---|---|---|"]
+    lines = [
+        "## Default settings",
+        "",
+        "The defaults above are those of A2C on Atari games. A new run of another env or algorithm starts "
+        "from these flags instead (a vector-observation env's id has its family's, then its own), and every "
+        "typed flag wins; a run's `config.json` holds what it ran with.",
+        "",
+        "| `--algo` | env | its defaults |",
+        "|---|---|---|",
+    ]
     for algo, algorithm in ALGORITHMS.items():
         atari = defaults_for(Config.env_name, False, algo)
         try:
@@ -271,8 +391,11 @@ def _default_settings() -> list[str]:
                 lines.append(f"| {algo} | {env_name} | {own} |")
     for algo, algorithm in ALGORITHMS.items():
         if algorithm.fit is not None:
-            lines += ["", f"`--algo {algo}` fits settings to the others where they are not typed: "
-                          + " ".join((algorithm.fit.__doc__ or "").split())]
+            lines += [
+                "",
+                f"`--algo {algo}` fits settings to the others where they are not typed: "
+                + " ".join((algorithm.fit.__doc__ or "").split()),
+            ]
     return lines
 
 

@@ -6,6 +6,7 @@ The runner decides what to log and when; :class:`Metrics` decides where it goes.
 logged against the env-step count. Built with ``enabled=False`` (every process of a data-parallel
 run but one) it writes nothing and shows no bar; warnings still reach the console.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,8 +70,15 @@ class Metrics:
     # ------------------------------------------------------------------ console
     def start_progress(self, total_steps: int, initial_step: int, show: bool) -> None:
         """A progress bar over the run's env steps (shown only with ``show`` on the enabled process)."""
-        self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", unit_scale=True,
-                        disable=not (show and self.enabled), dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(
+            total=total_steps,
+            initial=initial_step,
+            unit="step",
+            unit_scale=True,
+            disable=not (show and self.enabled),
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
 
     def progress(self, steps: int, mean100: Optional[float] = None, episodes: Optional[int] = None) -> None:
         if self.bar is None:

@@ -11,6 +11,7 @@ checkpoint's ``spec`` describes; ``ActorCritic`` only wires the parts.
 Recurrent state lives with the caller: it passes the state in and gets the next one back; the
 core is the only place that resets it (``nets/cores.py``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,16 @@ class ActorCritic(nn.Module):
     features on; the weights, the core, the heads, the losses and the optimizer stay float32.
     """
 
-    def __init__(self, encoder: nn.Module, core: nn.Module, policy: nn.Module, critic: Optional[ValueHead],
-                 feature_norm: Optional[nn.LayerNorm] = None, bf16: bool = False,
-                 spec: Optional[dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        core: nn.Module,
+        policy: nn.Module,
+        critic: Optional[ValueHead],
+        feature_norm: Optional[nn.LayerNorm] = None,
+        bf16: bool = False,
+        spec: Optional[dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.feature_norm = feature_norm
@@ -85,8 +93,9 @@ class ActorCritic(nn.Module):
         with ``bf16``), then the layer norm with ``feature_norm``. Observations of another shape
         than the network was built for raise ``ValueError``."""
         if self.obs_shape is not None and tuple(obs.shape[1:]) != self.obs_shape:
-            raise ValueError(f"this network was built for observations of shape {self.obs_shape}, "
-                             f"got {tuple(obs.shape[1:])}")
+            raise ValueError(
+                f"this network was built for observations of shape {self.obs_shape}, got {tuple(obs.shape[1:])}"
+            )
         if not self.bf16:
             features = self.encoder(obs)
         else:
@@ -113,7 +122,9 @@ class ActorCritic(nn.Module):
         with torch.autocast(device, dtype=torch.bfloat16), torch.autocast(device, enabled=False):
             yield
 
-    def forward(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def forward(
+        self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for N envs: ``obs [N, ...]``, ``episode_starts [N]`` -> logits ``[N, A]``, values ``[N]``, next state."""
         out, state = self.core(self.encode(obs), state, episode_starts)
         return self.policy(out), self.values(out, obs), state
@@ -122,7 +133,9 @@ class ActorCritic(nn.Module):
         """State value ``[N]`` of ``obs``; the caller's state is left as it was (used for bootstrapping)."""
         return self.forward(obs, state, episode_starts)[1]
 
-    def forward_sequence(self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def forward_sequence(
+        self, obs: torch.Tensor, state: State, episode_starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """T steps for N envs at once: ``obs [T, N, ...]``, ``episode_starts [T, N]``.
 
         The conv encoder runs once over all T*N frames; only the LSTM is unrolled in time, so the
@@ -142,12 +155,26 @@ class ActorCritic(nn.Module):
         return self.policy(core), self.values(core, obs), state
 
 
-def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = True, hidden_size: int = 256,
-                arch: str = "universe", feature_norm: bool = False, core_skip: bool = False,
-                continuous: bool = False, lstm_norm: bool = False, critic: bool = True,
-                separate_critic: bool = False, mlp_width: int = 64, log_std_init: float = 0.0,
-                sde: bool = False, conv_filters: int = 32, channels_last: bool = False,
-                bf16: bool = False, encoder_chunk: int = 0) -> ActorCritic:
+def build_model(
+    obs_shape: Sequence[int],
+    num_actions: int,
+    recurrent: bool = True,
+    hidden_size: int = 256,
+    arch: str = "universe",
+    feature_norm: bool = False,
+    core_skip: bool = False,
+    continuous: bool = False,
+    lstm_norm: bool = False,
+    critic: bool = True,
+    separate_critic: bool = False,
+    mlp_width: int = 64,
+    log_std_init: float = 0.0,
+    sde: bool = False,
+    conv_filters: int = 32,
+    channels_last: bool = False,
+    bf16: bool = False,
+    encoder_chunk: int = 0,
+) -> ActorCritic:
     """The network of a ``spec`` (the arguments up to ``conv_filters``, saved in every checkpoint),
     with its starting weights.
 
@@ -163,11 +190,22 @@ def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = Tr
     """
     core_skip, lstm_norm = bool(core_skip and recurrent), bool(lstm_norm and recurrent)
     sde, separate_critic = bool(sde and continuous), bool(separate_critic and critic)
-    spec = {"obs_shape": list(obs_shape), "num_actions": int(num_actions), "recurrent": bool(recurrent),
-            "hidden_size": int(hidden_size), "arch": arch, "feature_norm": bool(feature_norm),
-            "core_skip": core_skip, "continuous": bool(continuous), "lstm_norm": lstm_norm, "critic": bool(critic),
-            "separate_critic": separate_critic, "mlp_width": int(mlp_width), "sde": sde,
-            "conv_filters": int(conv_filters)}
+    spec = {
+        "obs_shape": list(obs_shape),
+        "num_actions": int(num_actions),
+        "recurrent": bool(recurrent),
+        "hidden_size": int(hidden_size),
+        "arch": arch,
+        "feature_norm": bool(feature_norm),
+        "core_skip": core_skip,
+        "continuous": bool(continuous),
+        "lstm_norm": lstm_norm,
+        "critic": bool(critic),
+        "separate_critic": separate_critic,
+        "mlp_width": int(mlp_width),
+        "sde": sde,
+        "conv_filters": int(conv_filters),
+    }
     # The parts are made in this order (each draws its default weights from the random stream),
     # and init_weights then redraws them in the same order: a fixed seed gives fixed weights.
     encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width, conv_filters)
@@ -182,8 +220,11 @@ def build_model(obs_shape: Sequence[int], num_actions: int, recurrent: bool = Tr
         policy = GaussianPolicy(core.out_features, num_actions, log_std_init)
     value = None
     if critic:
-        critic_encoder = build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width, conv_filters) \
-            if separate_critic else None
+        critic_encoder = (
+            build_encoder(obs_shape, arch, channels_last, encoder_chunk, mlp_width, conv_filters)
+            if separate_critic
+            else None
+        )
         value = ValueHead(core.out_features, critic_encoder)
     model = ActorCritic(encoder, core, policy, value, norm, bf16=bf16, spec=spec)
     init_weights(model)
@@ -214,15 +255,20 @@ def init_weights(model: ActorCritic) -> None:
 
 # The names of checkpoints saved before the network was composed of parts, and their parts' names
 # now (the parameters keep their order, so saved optimizer states still match).
-OLDER_KEYS = (("lstm.", "core.cell."), ("actor.", "policy.linear."), ("log_std", "policy.log_std"),
-              ("critic_encoder.", "critic.encoder."), ("critic.weight", "critic.linear.weight"),
-              ("critic.bias", "critic.linear.bias"))
+OLDER_KEYS = (
+    ("lstm.", "core.cell."),
+    ("actor.", "policy.linear."),
+    ("log_std", "policy.log_std"),
+    ("critic_encoder.", "critic.encoder."),
+    ("critic.weight", "critic.linear.weight"),
+    ("critic.bias", "critic.linear.bias"),
+)
 
 
 def _rename_older_keys(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
     """Load hook: an older checkpoint's weights under today's names."""
     for key in [key for key in state_dict if key.startswith(prefix)]:
-        name = key[len(prefix):]
+        name = key[len(prefix) :]
         if _renamed(name) != name:
             state_dict[prefix + _renamed(name)] = state_dict.pop(key)
 
@@ -248,5 +294,5 @@ def _renamed(key: str) -> str:
     """An older checkpoint's key under today's name (see ``OLDER_KEYS``)."""
     for old, new in OLDER_KEYS:
         if key == old or (old.endswith(".") and key.startswith(old)):
-            return new + key[len(old):]
+            return new + key[len(old) :]
     return key

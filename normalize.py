@@ -10,6 +10,7 @@
 
 The terminal observation that a truncated episode bootstraps from is normalized alike.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -42,8 +43,11 @@ def normalizer_of(envs: VecEnv) -> Optional[VecNormalize]:
 
 
 def _stats_to_dict(rms: RunningMeanStd) -> dict[str, Any]:
-    return {"mean": torch.as_tensor(rms.mean, dtype=torch.float64),
-            "var": torch.as_tensor(rms.var, dtype=torch.float64), "count": float(rms.count)}
+    return {
+        "mean": torch.as_tensor(rms.mean, dtype=torch.float64),
+        "var": torch.as_tensor(rms.var, dtype=torch.float64),
+        "count": float(rms.count),
+    }
 
 
 def _stats_from_dict(data: dict[str, Any]) -> RunningMeanStd:

@@ -9,6 +9,7 @@ docs/speed.md measures what each buys with the command that measures it; the C++
 frames), ``ActorCritic`` (channels-last, ``casting_once`` for bfloat16) and ``Runner``
 (training through the collected forward pass).
 """
+
 from __future__ import annotations
 
 import os

@@ -25,6 +25,7 @@ mid-episode would step without wind phases).
 To add an env: one :class:`Family` entry in :data:`FAMILIES` (ranges, an apply function, an
 evaluation grid).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ def physics_stream(seed: int, *stream: int) -> np.random.Generator:
 @dataclass(frozen=True)
 class Uniform:
     """A float drawn uniformly from ``[low, high)``."""
+
     low: float
     high: float
 
@@ -83,6 +85,7 @@ class Family:
     point a run on the default physics trains on). ``adr_thresholds``: ADR's default (low, high)
     mean returns at a boundary, below which its range narrows and at or above which it widens.
     """
+
     ranges: dict[str, Union[Uniform, Coin]]
     apply: Callable[[gym.Env, dict[str, Value]], None]
     grid: dict[str, tuple[Value, ...]]
@@ -98,7 +101,7 @@ def _set_attributes(env: gym.Env, physics: dict[str, Value]) -> None:
 
 def _apply_cartpole(env: gym.Env, physics: dict[str, Value]) -> None:
     _set_attributes(env, physics)
-    env.total_mass = env.masspole + env.masscart            # derived once in CartPoleEnv.__init__
+    env.total_mass = env.masspole + env.masscart  # derived once in CartPoleEnv.__init__
     env.polemass_length = env.masspole * env.length
 
 
@@ -108,8 +111,12 @@ def _apply_cartpole(env: gym.Env, physics: dict[str, Value]) -> None:
 # (gravity -10, wind off) are, in these names, wind on at power 0 with no turbulence: the same air.
 # ADR widens a range while the agent lands at its edge (200: "solved") and narrows it below 100.
 _LUNAR_LANDER = Family(
-    ranges={"gravity": Uniform(-11.99, -0.01), "enable_wind": Coin(),
-            "wind_power": Uniform(0.0, 20.0), "turbulence_power": Uniform(0.0, 2.0)},
+    ranges={
+        "gravity": Uniform(-11.99, -0.01),
+        "enable_wind": Coin(),
+        "wind_power": Uniform(0.0, 20.0),
+        "turbulence_power": Uniform(0.0, 2.0),
+    },
     apply=_set_attributes,
     grid={"gravity": (-11.0, -9.0, -7.0, -5.0, -3.0, -1.0), "wind_power": (0.0, 5.0, 10.0, 15.0, 20.0)},
     nominal={"gravity": -10.0, "enable_wind": True, "wind_power": 0.0, "turbulence_power": 0.0},

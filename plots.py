@@ -12,6 +12,7 @@ and where the same step of a tag is in several files the newest file's value is 
 Drawing uses matplotlib's ``Figure`` with the Agg renderer directly (no pyplot, so no window and
 no global figure state); the PNG is written atomically.
 """
+
 from __future__ import annotations
 
 import glob
@@ -182,8 +183,9 @@ def run_labels(run_dirs: list[str]) -> list[str]:
             depth[i] += 1
 
 
-def plot_runs(run_dirs: list[str], out_path: str, labels: Optional[list[str]] = None,
-              smoothing: int = 100) -> list[str]:
+def plot_runs(
+    run_dirs: list[str], out_path: str, labels: Optional[list[str]] = None, smoothing: int = 100
+) -> list[str]:
     """Draw one PNG at ``out_path`` comparing the runs in ``run_dirs``; return the panel titles drawn.
 
     One panel per quantity of `PANELS` that at least one run logged (the others are left out), in
@@ -213,8 +215,7 @@ def plot_runs(run_dirs: list[str], out_path: str, labels: Optional[list[str]] = 
 
     columns = min(MAX_COLUMNS, len(panels))
     rows = math.ceil(len(panels) / columns)
-    fig = Figure(figsize=(columns * PANEL_WIDTH, rows * PANEL_HEIGHT + HEADER_HEIGHT), dpi=DPI,
-                 layout="constrained")
+    fig = Figure(figsize=(columns * PANEL_WIDTH, rows * PANEL_HEIGHT + HEADER_HEIGHT), dpi=DPI, layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, panel in zip(axes, panels):
         for run, colour in zip(runs, colours):
@@ -233,12 +234,11 @@ def plot_runs(run_dirs: list[str], out_path: str, labels: Optional[list[str]] = 
         if panel.ylim is not None:
             ax.set_ylim(panel.ylim)
         if panel is RETURN_PANEL:
-            key = [Line2D([], [], color="grey", linewidth=0.6, alpha=0.5),
-                   Line2D([], [], color="grey", linewidth=1.8)]
+            key = [Line2D([], [], color="grey", linewidth=0.6, alpha=0.5), Line2D([], [], color="grey", linewidth=1.8)]
             ax.legend(key, ["each episode", f"mean of last {smoothing}"], fontsize="small")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.grid(alpha=0.3)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
 
     fig.suptitle(textwrap.fill("Training runs: " + ", ".join(labels), width=int(columns * PANEL_WIDTH * 10)))
@@ -272,4 +272,3 @@ def plot_command(run_dirs: list[str], out: str) -> int:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
     print(f"wrote {out}: {', '.join(panels)} of {len(run_dirs)} run(s)")
     return 0
-

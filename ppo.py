@@ -22,6 +22,7 @@ of L steps, run from the state the network reached there, computed before the up
 those of whole columns; the gradient stops at each stretch's first step (truncated
 backpropagation through time), and each gradient step unrolls L steps, not T.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,26 +43,44 @@ from utils import UsageError
 @dataclass
 class Clipped:
     """The clipped objective's settings (``config.clip``), which ``--algo grpo`` shares."""
-    epochs: int = setting(10, "Passes over each batch, a PPO rollout or a GRPO round.", parse=positive_int,
-                          metavar="N")
-    minibatches: int = setting(32, "Minibatches per pass, one clipped gradient step each: of samples, of sequences "
-                                   "with --recurrent (PPO), of group members (GRPO).", parse=positive_int,
-                               metavar="N")
-    eps: float = setting(0.2, "The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate.",
-                         flag="--clip-eps", parse=positive_float, metavar="EPS")
-    sequence_length: int = setting(0, "With --recurrent: a rollout's env columns are cut into sequences of this many "
-                                      "steps, each run from the state the network reached there, and minibatches "
-                                      "hold sequences (0: whole columns; picked to fit the rollout unless typed).",
-                                   parse=positive_int, metavar="L")
+
+    epochs: int = setting(10, "Passes over each batch, a PPO rollout or a GRPO round.", parse=positive_int, metavar="N")
+    minibatches: int = setting(
+        32,
+        "Minibatches per pass, one clipped gradient step each: of samples, of sequences "
+        "with --recurrent (PPO), of group members (GRPO).",
+        parse=positive_int,
+        metavar="N",
+    )
+    eps: float = setting(
+        0.2,
+        "The probability ratio is clipped to [1 - eps, 1 + eps] in the surrogate.",
+        flag="--clip-eps",
+        parse=positive_float,
+        metavar="EPS",
+    )
+    sequence_length: int = setting(
+        0,
+        "With --recurrent: a rollout's env columns are cut into sequences of this many "
+        "steps, each run from the state the network reached there, and minibatches "
+        "hold sequences (0: whole columns; picked to fit the rollout unless typed).",
+        parse=positive_int,
+        metavar="L",
+    )
 
 
 # The names these settings had in configs saved before PPO and GRPO shared one block.
 RENAMED = {"ppo.epochs": "clip.epochs", "ppo.minibatches": "clip.minibatches", "ppo.clip_eps": "clip.eps"}
 
 
-def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Tensor, old_log_probs: torch.Tensor,
-                      advantages: torch.Tensor, weights: torch.Tensor,
-                      clip_eps: float) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def clipped_surrogate(
+    dist: torch.distributions.Distribution,
+    actions: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    clip_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's policy loss ``-mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))`` over the entries
     where ``weights`` is 1, with the new ``log pi(a|s)``, and (detached) the share of entries whose
     ratio left ``[1 - eps, 1 + eps]`` (``clip_fraction``) and the k3 estimate of KL(pi_old || pi)
@@ -71,14 +90,24 @@ def clipped_surrogate(dist: torch.distributions.Distribution, actions: torch.Ten
     ratio = torch.exp(log_ratio)
     surrogate = torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages)
     with torch.no_grad():
-        stats = {"clip_fraction": masked_mean(((ratio - 1.0).abs() > clip_eps).float(), weights),
-                 "approx_kl": masked_mean(ratio - 1.0 - log_ratio, weights)}
+        stats = {
+            "clip_fraction": masked_mean(((ratio - 1.0).abs() > clip_eps).float(), weights),
+            "approx_kl": masked_mean(ratio - 1.0 - log_ratio, weights),
+        }
     return -masked_mean(surrogate, weights), log_probs, stats
 
 
-def ppo_loss(dist: torch.distributions.Distribution, values: Optional[torch.Tensor], actions: torch.Tensor,
-             old_log_probs: torch.Tensor, returns: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
-             value_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
+def ppo_loss(
+    dist: torch.distributions.Distribution,
+    values: Optional[torch.Tensor],
+    actions: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    returns: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float,
+    value_coeff: float,
+    entropy_coeff: float,
+) -> dict[str, torch.Tensor]:
     """PPO's loss terms on one minibatch (every tensor ``[T, N]`` but ``actions``, ``[T, N]`` or
     ``[T, N, A]``); the formulas are in the module's doc. Without a critic (``values`` None) there is
     no value term. ``ppo/clip_fraction`` and ``ppo/approx_kl`` come detached."""
@@ -96,8 +125,16 @@ def ppo_loss(dist: torch.distributions.Distribution, values: Optional[torch.Tens
 class PPOAgent(RolloutAgent):
     """A2C's rollouts, returns and critic (:class:`agent.RolloutAgent`) with PPO's update, :meth:`update`."""
 
-    def __init__(self, model: ActorCritic, *, epochs: int = 4, minibatches: int = 4, clip_eps: float = 0.2,
-                 sequence_length: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        epochs: int = 4,
+        minibatches: int = 4,
+        clip_eps: float = 0.2,
+        sequence_length: int = 0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model, **kwargs)
         self.epochs, self.minibatches, self.clip_eps = epochs, minibatches, clip_eps
         self.sequence_length = sequence_length  # 0: whole columns
@@ -121,13 +158,15 @@ class PPOAgent(RolloutAgent):
         L, state = self.length(batch), batch.initial_state
         starts = [state]
         for begin in range(L, batch.advantages.shape[0], L):
-            _, _, state = self.model.forward_sequence(batch.obs[begin - L:begin], state,
-                                                      batch.episode_starts[begin - L:begin])
+            _, _, state = self.model.forward_sequence(
+                batch.obs[begin - L : begin], state, batch.episode_starts[begin - L : begin]
+            )
             starts.append(state)
         return tuple(torch.cat(parts) for parts in zip(*starts))
 
-    def minibatch_loss(self, batch: Batch, samples: Optional[torch.Tensor] = None,
-                       starts: Optional[tuple[torch.Tensor, ...]] = None) -> dict[str, torch.Tensor]:
+    def minibatch_loss(
+        self, batch: Batch, samples: Optional[torch.Tensor] = None, starts: Optional[tuple[torch.Tensor, ...]] = None
+    ) -> dict[str, torch.Tensor]:
         """The loss terms on ``samples`` of the rollout (all by default): flat indices into its
         ``T x N`` samples for a feed-forward network, sequence indices for a recurrent one, whose
         ``starts`` (:meth:`sequence_starts`, computed here if not given) are their first states."""
@@ -154,18 +193,37 @@ class PPOAgent(RolloutAgent):
         advantages = pick(batch.advantages)
         if self.normalize_advantages:
             advantages = standardized(advantages)
-        return ppo_loss(self.model.distribution(logits), values if self.model.critic is not None else None,
-                        pick(batch.actions), pick(batch.log_probs), pick(batch.returns), advantages, self.clip_eps,
-                        self.value_coeff, self.entropy_coeff)
+        return ppo_loss(
+            self.model.distribution(logits),
+            values if self.model.critic is not None else None,
+            pick(batch.actions),
+            pick(batch.log_probs),
+            pick(batch.returns),
+            advantages,
+            self.clip_eps,
+            self.value_coeff,
+            self.entropy_coeff,
+        )
 
     @classmethod
     def from_config(cls, model: ActorCritic, config: Config) -> "PPOAgent":
         clip = config.clip
-        return cls(model, **rollout_settings(config), epochs=clip.epochs, minibatches=clip.minibatches,
-                   clip_eps=clip.eps, sequence_length=clip.sequence_length)
+        return cls(
+            model,
+            **rollout_settings(config),
+            epochs=clip.epochs,
+            minibatches=clip.minibatches,
+            clip_eps=clip.eps,
+            sequence_length=clip.sequence_length,
+        )
 
-    def update(self, batch: Batch, index: int = 0, on_loss: Optional[Callable[[float], None]] = None,
-               generator: Optional[torch.Generator] = None) -> dict[str, float]:
+    def update(
+        self,
+        batch: Batch,
+        index: int = 0,
+        on_loss: Optional[Callable[[float], None]] = None,
+        generator: Optional[torch.Generator] = None,
+    ) -> dict[str, float]:
         """``epochs`` passes over the rollout in ``minibatches`` shuffled minibatches, one clipped
         gradient step each; ``on_loss`` first sees the rollout's loss before any step (at ratio 1).
         Returns the mean of each term over the steps taken, how many steps a non-finite loss
@@ -176,8 +234,9 @@ class PPOAgent(RolloutAgent):
             with torch.no_grad():
                 on_loss(float(self.minibatch_loss(batch, starts=starts)["total"]))
         samples = torch.arange(self.samples(batch), device=self.device)
-        stats, steps, skipped = self.minibatch_epochs(samples, self.epochs, self.minibatches,
-                                                      lambda part: self.minibatch_loss(batch, part, starts), generator)
+        stats, steps, skipped = self.minibatch_epochs(
+            samples, self.epochs, self.minibatches, lambda part: self.minibatch_loss(batch, part, starts), generator
+        )
         stats["skipped"], stats["ppo/skipped_steps"] = float(steps == 0), float(skipped)
         stats.update(read_back(rollout_stats(batch)))
         return stats
@@ -188,19 +247,39 @@ class PPOAgent(RolloutAgent):
 # bonus, each minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env
 # steps. The rollout is not kept with its graph (every minibatch runs its samples through the network
 # again). An update holds thousands of env steps, so it logs, draws histograms and saves more often.
-DEFAULTS: dict[str, Any] = {"recurrent": False, "num_envs": 8, "rollout_size": 256, "num_updates": 488,
-                            "optimizer": "adam", "lr": 3e-4, "lr_schedule": "constant", "gae_lambda": 0.95,
-                            "entropy_coeff": 0.0,
-                            "normalize_advantages": True, "clip.epochs": 10, "clip.minibatches": 32,
-                            "speed.keep_graph": False, "log_interval": 1, "histogram_interval": 10,
-                            "checkpoint_interval": 10}
+DEFAULTS: dict[str, Any] = {
+    "recurrent": False,
+    "num_envs": 8,
+    "rollout_size": 256,
+    "num_updates": 488,
+    "optimizer": "adam",
+    "lr": 3e-4,
+    "lr_schedule": "constant",
+    "gae_lambda": 0.95,
+    "entropy_coeff": 0.0,
+    "normalize_advantages": True,
+    "clip.epochs": 10,
+    "clip.minibatches": 32,
+    "speed.keep_graph": False,
+    "log_interval": 1,
+    "histogram_interval": 10,
+    "checkpoint_interval": 10,
+}
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # The RL Zoo's PPO on LunarLander-v2: 16 envs x 1024 steps, 4 epochs of minibatches of 64 (256),
     # gamma 0.999, GAE 0.98; 61 updates (999,424 env steps). Its entropy coefficient is a tenth of the
     # Zoo's 0.01, whose agents play well only with --deterministic, and above 0, which left a seed
     # short of landing (docs/control.md#ppo-reusing-each-rollout).
-    "LunarLander-v3": {"num_envs": 16, "rollout_size": 1024, "num_updates": 61, "clip.epochs": 4,
-                       "clip.minibatches": 256, "gamma": 0.999, "gae_lambda": 0.98, "entropy_coeff": 1e-3},
+    "LunarLander-v3": {
+        "num_envs": 16,
+        "rollout_size": 1024,
+        "num_updates": 61,
+        "clip.epochs": 4,
+        "clip.minibatches": 256,
+        "gamma": 0.999,
+        "gae_lambda": 0.98,
+        "entropy_coeff": 1e-3,
+    },
 }
 # The shortest sequence a recurrent network is cut into by default (or the whole rollout, if shorter):
 # shorter ones would leave the core little to remember.
@@ -235,15 +314,21 @@ def fit(config: Config, typed: set[str]) -> dict[str, Any]:
 def check(config: Config) -> None:
     """Refuse, in one line, the settings that --algo ppo cannot train with."""
     if is_atari(config.env_name):
-        raise UsageError(f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
-                         f"not on {config.env_name}")
+        raise UsageError(
+            f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
+            f"not on {config.env_name}"
+        )
     length = config.clip.sequence_length
     if length and not config.recurrent:
-        raise UsageError("--sequence-length is for --recurrent: a feed-forward network's samples are shuffled one by one")
+        raise UsageError(
+            "--sequence-length is for --recurrent: a feed-forward network's samples are shuffled one by one"
+        )
     if length and config.rollout_size % length:
         raise UsageError(f"--sequence-length {length} does not divide --rollout-size {config.rollout_size}")
     sequences = config.num_envs * (config.rollout_size // length if length else 1)
     if config.recurrent and config.clip.minibatches > sequences:
-        raise UsageError(f"--minibatches {config.clip.minibatches} is more than the {sequences} sequences of a rollout: "
-                         f"with --recurrent a minibatch holds whole sequences (--num-envs {config.num_envs} "
-                         f"x --rollout-size / --sequence-length)")
+        raise UsageError(
+            f"--minibatches {config.clip.minibatches} is more than the {sequences} sequences of a rollout: "
+            f"with --recurrent a minibatch holds whole sequences (--num-envs {config.num_envs} "
+            f"x --rollout-size / --sequence-length)"
+        )

@@ -10,6 +10,7 @@ from the ranges of ``physics.FAMILIES``. Two ways:
 ``--randomize-domain adr`` draws from ranges that move with the returns (``adr.py``). The grid of
 physics an agent is evaluated on, and ``--physics``, are here too.
 """
+
 from __future__ import annotations
 
 import functools
@@ -86,8 +87,7 @@ def cell_kwargs(env_id: str, **values: Value) -> dict[str, Value]:
     family = family_of(env_id)
     unknown = sorted(set(values) - set(family.ranges))
     if unknown:
-        raise UsageError(f"{env_id} has no randomized physics {', '.join(unknown)} "
-                         f"(it has {', '.join(family.ranges)})")
+        raise UsageError(f"{env_id} has no randomized physics {', '.join(unknown)} (it has {', '.join(family.ranges)})")
     physics = {**family.grid_fixed, **values}
     missing = [name for name in family.ranges if name not in physics]
     if missing:
@@ -112,8 +112,7 @@ def parse_physics(env_id: str, text: str) -> dict[str, Value]:
     family = family_of(env_id)
     unknown = sorted(set(values) - set(family.ranges))
     if unknown:
-        raise UsageError(f"{env_id} has no randomized physics {', '.join(unknown)} "
-                         f"(it has {', '.join(family.ranges)})")
+        raise UsageError(f"{env_id} has no randomized physics {', '.join(unknown)} (it has {', '.join(family.ranges)})")
     physics = {**family.nominal, **family.grid_fixed, **values}
     for name, value in values.items():
         spec = family.ranges[name]
@@ -125,8 +124,9 @@ def parse_physics(env_id: str, text: str) -> dict[str, Value]:
 Ranges = dict[str, tuple[float, float]]  # name -> (low, high), both included
 
 
-def training_ranges(env_id: str, randomized: str = "", physics: str = "",
-                    adr_ranges: Optional[dict[str, list[float]]] = None) -> Ranges:
+def training_ranges(
+    env_id: str, randomized: str = "", physics: str = "", adr_ranges: Optional[dict[str, list[float]]] = None
+) -> Ranges:
     """The physics a run trained on, as a closed range for each float of ``physics.FAMILIES`` (the
     grid tells its cells inside them from those held out): the family's whole ranges with
     ``randomized="uniform"``, ADR's ranges as they stood (``adr_ranges``) with ``"adr"``, the one
@@ -145,13 +145,21 @@ def training_ranges(env_id: str, randomized: str = "", physics: str = "",
 
 def inside(values: dict[str, Value], ranges: Ranges) -> bool:
     """Whether every value that ``ranges`` names lies in its range (a grid cell in a run's training physics)."""
-    return all(ranges[name][0] - 1e-9 <= float(value) <= ranges[name][1] + 1e-9
-               for name, value in values.items() if name in ranges)
+    return all(
+        ranges[name][0] - 1e-9 <= float(value) <= ranges[name][1] + 1e-9
+        for name, value in values.items()
+        if name in ranges
+    )
 
 
-def physics_wrapper(env_id: str, seed: int, every: str = "episode", fixed: Optional[dict[str, Value]] = None,
-                    outer: Optional[Callable[[int, gym.Env], gym.Env]] = None,
-                    adr: Optional[ADR] = None) -> Callable[[int, gym.Env], gym.Env]:
+def physics_wrapper(
+    env_id: str,
+    seed: int,
+    every: str = "episode",
+    fixed: Optional[dict[str, Value]] = None,
+    outer: Optional[Callable[[int, gym.Env], gym.Env]] = None,
+    adr: Optional[ADR] = None,
+) -> Callable[[int, gym.Env], gym.Env]:
     """``wrap(i, env)`` for a vector env (``gym_vec_env.GymVecEnv``): env i with its physics.
 
     ``fixed``: every env plays those physics (a grid cell). ``adr``: every env draws from that
@@ -164,9 +172,17 @@ def physics_wrapper(env_id: str, seed: int, every: str = "episode", fixed: Optio
     return functools.partial(_with_physics, env_id=env_id, seed=seed, every=every, fixed=fixed, outer=outer, adr=adr)
 
 
-def _with_physics(i: int, env: gym.Env, *, env_id: str, seed: int, every: str,
-                  fixed: Optional[dict[str, Value]], outer: Optional[Callable[[int, gym.Env], gym.Env]],
-                  adr: Optional[ADR] = None) -> gym.Env:
+def _with_physics(
+    i: int,
+    env: gym.Env,
+    *,
+    env_id: str,
+    seed: int,
+    every: str,
+    fixed: Optional[dict[str, Value]],
+    outer: Optional[Callable[[int, gym.Env], gym.Env]],
+    adr: Optional[ADR] = None,
+) -> gym.Env:
     if adr is not None:
         env = ADRPhysics(env, env_id, adr)
     elif fixed is not None:

@@ -3,13 +3,13 @@ A2C settings for vector-observation envs and its recipes for single ids. Each al
 as they are or declares its own in its file (``algorithms.Algorithm.defaults``: PPO's, GRPO's), and
 ``main.py`` applies the result to a new run's untyped settings (:func:`with_env_defaults`); a
 setting is named as in ``config.setting_names`` (``"clip.epochs"``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from config import PRESETS, Config, get_setting, with_settings
 from utils import UsageError
-
 
 # Settings that differ from the defaults (Atari's) for other envs, as the RL Zoo's hyperparameter
 # table for A2C: any env with a vector observation gets VECTOR_DEFAULTS, and an id listed in
@@ -21,24 +21,61 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     # batch 24 times its size at 3 times its rate, 1M env steps: its agents played better than
     # those of 32 envs on every seed tried (docs/control.md#defaults).
     "CartPole-v1": {"entropy_coeff": 0.0},
-    "LunarLander-v3": {"num_envs": 192, "num_updates": 1_042, "gamma": 0.999, "gae_lambda": 0.98, "lr": 2.5e-3,
-                       "lr_schedule": "linear", "entropy_coeff": 1e-5},
+    "LunarLander-v3": {
+        "num_envs": 192,
+        "num_updates": 1_042,
+        "gamma": 0.999,
+        "gae_lambda": 0.98,
+        "lr": 2.5e-3,
+        "lr_schedule": "linear",
+        "entropy_coeff": 1e-5,
+    },
     # The Zoo's LunarLanderContinuous-v2 with its state-dependent exploration (--sde): 4 envs x 8
     # steps, GAE 0.9, no entropy bonus, log-std -2, observations and rewards normalized, lr 7e-4
     # decayed linearly, 5M env steps.
-    "LunarLanderContinuous-v3": {"num_envs": 4, "rollout_size": 8, "num_updates": 156_250, "gae_lambda": 0.9,
-                                 "entropy_coeff": 0.0, "log_std_init": -2.0, "sde": True, "normalize_obs": True,
-                                 "normalize_reward": True, "lr_schedule": "linear"},
+    "LunarLanderContinuous-v3": {
+        "num_envs": 4,
+        "rollout_size": 8,
+        "num_updates": 156_250,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
     # The Zoo's Pendulum-v1, with its state-dependent exploration (--sde): 8 envs x 8 steps, gamma
     # 0.9, GAE 0.9, no entropy bonus, log-std -2, normalized, lr 7e-4 decayed linearly, 1M env steps.
-    "Pendulum-v1": {"num_envs": 8, "rollout_size": 8, "num_updates": 15_625, "gamma": 0.9, "gae_lambda": 0.9,
-                    "entropy_coeff": 0.0, "log_std_init": -2.0, "sde": True, "normalize_obs": True,
-                    "normalize_reward": True, "lr_schedule": "linear"},
+    "Pendulum-v1": {
+        "num_envs": 8,
+        "rollout_size": 8,
+        "num_updates": 15_625,
+        "gamma": 0.9,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
     # The Zoo's BipedalWalker-v3, with --sde: 16 envs x 8 steps, GAE 0.9, no entropy bonus, value
     # coefficient 0.4, log-std -2, normalized, 9.6e-4 decayed linearly, 39,063 updates (5M env steps).
-    "BipedalWalker-v3": {"num_envs": 16, "rollout_size": 8, "num_updates": 39_063, "gae_lambda": 0.9,
-                         "entropy_coeff": 0.0, "value_coeff": 0.4, "lr": 9.6e-4, "log_std_init": -2.0, "sde": True,
-                         "normalize_obs": True, "normalize_reward": True, "lr_schedule": "linear"},
+    "BipedalWalker-v3": {
+        "num_envs": 16,
+        "rollout_size": 8,
+        "num_updates": 39_063,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "value_coeff": 0.4,
+        "lr": 9.6e-4,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
 }
 
 

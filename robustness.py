@@ -7,6 +7,7 @@ of a deterministic emulator falls as the stickiness rises. ``python main.py --ev
 --robustness`` plays the cells (``play.play_robustness``); this module holds the grid, its table
 and its figure.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,14 @@ STICKINESS = (0.0, 0.05, 0.1, 0.25, 0.5)
 NOOP_MAXES = (0, 30)  # none, and the classic protocol's up to 30
 
 
-def cell_protocols(stickiness: Sequence[float] = STICKINESS,
-                   noop_maxes: Sequence[int] = NOOP_MAXES) -> list[Protocol]:
+def cell_protocols(stickiness: Sequence[float] = STICKINESS, noop_maxes: Sequence[int] = NOOP_MAXES) -> list[Protocol]:
     """The grid's cells, as evaluation protocols: every stickiness with every no-op start, games
     capped at 108,000 emulator frames (the machado protocol's cap, and the ids' own)."""
-    return [Protocol(repeat_action_probability=float(p), noop_max=int(n), max_episode_frames=MACHADO_MAX_FRAMES)
-            for n in noop_maxes for p in stickiness]
+    return [
+        Protocol(repeat_action_probability=float(p), noop_max=int(n), max_episode_frames=MACHADO_MAX_FRAMES)
+        for n in noop_maxes
+        for p in stickiness
+    ]
 
 
 def cell_summary(protocol: Protocol, scores: Sequence[float], lengths: Sequence[int]) -> dict[str, Any]:
@@ -37,10 +40,16 @@ def cell_summary(protocol: Protocol, scores: Sequence[float], lengths: Sequence[
     values = np.asarray(scores, dtype=np.float64)
     n = len(values)
     std = float(values.std()) if n else math.nan
-    return {"sticky_actions": protocol.repeat_action_probability, "noop_max": protocol.noop_max,
-            "episodes": n, "mean": float(values.mean()) if n else math.nan, "std": std,
-            "stderr": std / math.sqrt(n - 1) if n > 1 else math.nan,
-            "scores": [float(s) for s in scores], "lengths": [int(x) for x in lengths]}
+    return {
+        "sticky_actions": protocol.repeat_action_probability,
+        "noop_max": protocol.noop_max,
+        "episodes": n,
+        "mean": float(values.mean()) if n else math.nan,
+        "std": std,
+        "stderr": std / math.sqrt(n - 1) if n > 1 else math.nan,
+        "scores": [float(s) for s in scores],
+        "lengths": [int(x) for x in lengths],
+    }
 
 
 def noop_label(noop_max: int) -> str:
@@ -55,8 +64,9 @@ def table(result: dict[str, Any]) -> str:
     noops = sorted({c["noop_max"] for c in cells})
     by_key = {(c["sticky_actions"], c["noop_max"]): c for c in cells}
     header = ["sticky actions", *(noop_label(n) for n in noops)]
-    rows = [[f"{p:g}", *(f"{by_key[p, n]['mean']:.2f} ± {by_key[p, n]['stderr']:.2f}" for n in noops)]
-            for p in stickiness]
+    rows = [
+        [f"{p:g}", *(f"{by_key[p, n]['mean']:.2f} ± {by_key[p, n]['stderr']:.2f}" for n in noops)] for p in stickiness
+    ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(text.rjust(width) for text, width in zip(row, widths)) for row in [header, *rows]]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ through that forward pass, which gives the same numbers without the second pass.
 recurrent state is detached at each rollout boundary, so gradients never cross into an earlier
 rollout.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,10 +71,10 @@ class EnvStep:
     """What one step of every env gave a collector (the next observation is ``runner.obs``)."""
 
     rewards: torch.Tensor  # [N] float on the device
-    dones: torch.Tensor    # [N] float on the device: 1 where the action ended env i's episode
+    dones: torch.Tensor  # [N] float on the device: 1 where the action ended env i's episode
     playing: torch.Tensor  # [N] float on the device: 1 where env i's step belongs to the batch
-    ended: np.ndarray      # [N] bool on the host: the dones, for decisions that need no device read
-    infos: list[dict]      # the envs' infos (terminal observations, time limits, finished games)
+    ended: np.ndarray  # [N] bool on the host: the dones, for decisions that need no device read
+    infos: list[dict]  # the envs' infos (terminal observations, time limits, finished games)
 
 
 class Runner:
@@ -86,11 +87,20 @@ class Runner:
     what the loop calls besides training (``callbacks.default_callbacks()`` unless given).
     """
 
-    def __init__(self, agent: Agent, envs: VecEnv, config: Config, run_dir: str,
-                 state: Optional[TrainingState] = None, writer: Any = None,
-                 evaluator: Optional[Evaluator] = None, context: RunContext = RunContext(),
-                 callbacks: Optional[list[Callback]] = None, adr: Any = None,
-                 collector: Optional[type] = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        envs: VecEnv,
+        config: Config,
+        run_dir: str,
+        state: Optional[TrainingState] = None,
+        writer: Any = None,
+        evaluator: Optional[Evaluator] = None,
+        context: RunContext = RunContext(),
+        callbacks: Optional[list[Callback]] = None,
+        adr: Any = None,
+        collector: Optional[type] = None,
+    ) -> None:
         collector = collector or RolloutCollector
         self.agent, self.envs, self.config, self.run_dir = agent, envs, config, run_dir
         self.evaluator = evaluator
@@ -98,8 +108,9 @@ class Runner:
         self.callbacks = default_callbacks(collector.histograms) if callbacks is None else callbacks
         self.device = agent.device
         self.state = state or TrainingState()
-        self.checkpoints = Checkpoints(run_dir, agent, config, enabled=context.is_main,
-                                       normalizer=self.env_state, world_size=context.world_size)
+        self.checkpoints = Checkpoints(
+            run_dir, agent, config, enabled=context.is_main, normalizer=self.env_state, world_size=context.world_size
+        )
         self.context = context
         # Env steps of one rollout over every rank (config.num_envs is per rank): the step axis is global.
         self.steps_per_update = config.steps_per_update * context.world_size
@@ -143,8 +154,7 @@ class Runner:
         self.notify("on_reset", getattr(self.envs, "reset_infos", []))
         self.episode_starts = torch.ones(self.config.num_envs, device=self.device)
 
-    def step(self, actions: torch.Tensor, next_state: State, t: int,
-             playing: Optional[np.ndarray] = None) -> EnvStep:
+    def step(self, actions: torch.Tensor, next_state: State, t: int, playing: Optional[np.ndarray] = None) -> EnvStep:
         """Step every env with ``actions`` (step ``t`` of the batch); the envs' next observation,
         ``next_state`` and the episodes that start become the live step.
 
@@ -163,9 +173,14 @@ class Runner:
             seen = infos
         else:
             rewards_t, playing_t, dones_t = self.step_to_device(
-                np.stack([rewards, playing, dones]).astype(np.float32, copy=False))
-            seen = [({k: v for k, v in info.items() if k not in NEXT_EPISODE_INFO} if ended[i] else info)
-                    if playing[i] else {} for i, info in enumerate(infos)]
+                np.stack([rewards, playing, dones]).astype(np.float32, copy=False)
+            )
+            seen = [
+                ({k: v for k, v in info.items() if k not in NEXT_EPISODE_INFO} if ended[i] else info)
+                if playing[i]
+                else {}
+                for i, info in enumerate(infos)
+            ]
         self._note_step(infos, t, np.ones(len(infos), bool) if playing is None else playing)
         self.notify("on_step", seen, t)
         self.obs, self.episode_starts, self.recurrent_state = self.obs_to_device(obs), dones_t, next_state
@@ -196,8 +211,9 @@ class Runner:
         """Count and log the batch's finished games, those of every rank, each at the global env
         step where it ended (in a data-parallel run every rank counts them all, in step, rank, env order)."""
         ranks = gather_games(self.ended_games, max(self.batch_steps, 1), self.context)
-        games = sorted((t, rank, place, r, length) for rank, finished in enumerate(ranks)
-                       for t, place, r, length in finished)
+        games = sorted(
+            (t, rank, place, r, length) for rank, finished in enumerate(ranks) for t, place, r, length in finished
+        )
         for t, rank, place, episode_return, length in games:
             step = self.episode_end_step(t, place, rank)
             self.state.episodes.add(episode_return)
@@ -256,8 +272,9 @@ class Runner:
                         skipped_in_a_row = 0
                         metrics.add_update(stats)
                     if self.context.any(skipped_in_a_row >= cfg.max_skipped_updates):
-                        self.stop_reason = (f"{skipped_in_a_row} non-finite losses in a row; "
-                                            f"stopped with the last good weights")
+                        self.stop_reason = (
+                            f"{skipped_in_a_row} non-finite losses in a row; stopped with the last good weights"
+                        )
                         metrics.say(f"error: {self.stop_reason}")
                         break
 
@@ -267,8 +284,7 @@ class Runner:
                         tic, tic_step = now, st.step
                         metrics.log_interval(st.step, self.agent.lr, fps)
                     self.notify("on_update_end", batch)
-                    metrics.progress(steps, *((st.episodes.mean, st.episodes.count)
-                                                             if st.update % 10 == 0 else ()))
+                    metrics.progress(steps, *((st.episodes.mean, st.episodes.count) if st.update % 10 == 0 else ()))
             finally:
                 try:  # still inside: a second Ctrl+C cannot cut this write short
                     self.save("a2c_last")
@@ -307,8 +323,14 @@ class RolloutCollector:
     def __init__(self, runner: Runner) -> None:
         envs, config = runner.envs, runner.config
         obs_dtype = torch.from_numpy(np.zeros(0, envs.observation_space.dtype)).dtype
-        self.storage = RolloutStorage(config.rollout_size, config.num_envs, envs.observation_space.shape,
-                                      runner.device, obs_dtype, action_shape=envs.action_space.shape or ())
+        self.storage = RolloutStorage(
+            config.rollout_size,
+            config.num_envs,
+            envs.observation_space.shape,
+            runner.device,
+            obs_dtype,
+            action_shape=envs.action_space.shape or (),
+        )
 
     def collect(self, runner: Runner) -> Batch:
         """Step every env ``rollout_size`` times; the agent turns the rollout into a batch with returns."""
@@ -326,8 +348,9 @@ class RolloutCollector:
         for t in range(storage.rollout_size):
             obs, starts = runner.obs, runner.episode_starts
             if runner.config.speed.keep_graph:  # a speed setting: the update will train through this forward pass
-                actions, log_probs, logits, values, next_state = agent.act_with_graph(obs, runner.recurrent_state,
-                                                                                      starts)
+                actions, log_probs, logits, values, next_state = agent.act_with_graph(
+                    obs, runner.recurrent_state, starts
+                )
                 storage.keep_outputs(logits, values)
                 values = values.detach()
             else:
@@ -341,8 +364,11 @@ class RolloutCollector:
     def truncation_bootstrap(runner: Runner, step: EnvStep, next_state: State) -> Optional[torch.Tensor]:
         """A time limit is not a death: ``gamma * V(terminal_obs)`` for each truncated env, else 0."""
         infos = step.infos
-        idx = [i for i, info in enumerate(infos)
-               if step.ended[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info]
+        idx = [
+            i
+            for i, info in enumerate(infos)
+            if step.ended[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info
+        ]
         if not idx:
             return None
         terminal_obs = runner.rare_to_device(np.stack([infos[i]["terminal_observation"] for i in idx]))
@@ -360,8 +386,7 @@ def scheduled_lr(config: Config, update: int, step: int = 0) -> float:
     the share ``lr_decay_start`` of the run is done, from the share ``lr_decay_from`` of the rate."""
     if config.lr_schedule != "linear":
         return config.lr
-    return linear_schedule(config.lr, run_progress(config, update, step), config.lr_decay_start,
-                           config.lr_decay_from)
+    return linear_schedule(config.lr, run_progress(config, update, step), config.lr_decay_start, config.lr_decay_from)
 
 
 def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float:
@@ -369,8 +394,7 @@ def scheduled_entropy_coeff(config: Config, update: int, step: int = 0) -> float
     0 at the end of the run, as the learning rate, the decay beginning once the share
     ``entropy_decay_start`` of the run is done."""
     if config.entropy_schedule == "linear":
-        return linear_schedule(config.entropy_coeff, run_progress(config, update, step),
-                               config.entropy_decay_start)
+        return linear_schedule(config.entropy_coeff, run_progress(config, update, step), config.entropy_decay_start)
     return config.entropy_coeff
 
 

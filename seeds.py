@@ -7,6 +7,7 @@ Seeds are below ``SEED_LIMIT`` = 2**30, so every env seed made from one (plus an
 the evaluation offset) stays below 2**31, the largest seed ale-py takes. Env i of a vector gets
 its env 0's seed + i.
 """
+
 from __future__ import annotations
 
 import random
@@ -91,12 +92,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
     random.setstate(_as_tuples(state["python"]))
     np_state = state["numpy"]
-    np.random.set_state((np_state["name"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["gauss"]))
+    np.random.set_state(
+        (
+            np_state["name"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["gauss"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         # One state a GPU the run was saved with; a machine with fewer GPUs restores those it has.
-        for index, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+        for index, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(cuda_state, index)
 
 

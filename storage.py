@@ -7,6 +7,7 @@ Signals, one name each, used the same way everywhere in the project:
 * ``episode_starts[t, i] = 1``: the observation at step t is the first of a new episode, so
   the recurrent state must be zeroed before it is read. ``episode_starts[t] = dones[t - 1]``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -45,8 +46,10 @@ def compute_returns(
     Computed without gradient: the targets are constants for the loss.
     """
     if rewards.dim() != 2 or values.shape != rewards.shape or dones.shape != rewards.shape:
-        raise ValueError(f"rewards, values and dones must share a [T, N] shape, got "
-                         f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(dones.shape)}")
+        raise ValueError(
+            f"rewards, values and dones must share a [T, N] shape, got "
+            f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(dones.shape)}"
+        )
     if last_values.shape != rewards.shape[1:]:
         raise ValueError(f"last_values must be [N]={tuple(rewards.shape[1:])}, got {tuple(last_values.shape)}")
     with torch.no_grad():
@@ -67,13 +70,13 @@ def compute_returns(
 class Batch:
     """One rollout, ready for the loss. Time-major: every field starts with ``[T, N]``."""
 
-    obs: torch.Tensor             # [T, N, ...] in the observation space's dtype (uint8 frames)
+    obs: torch.Tensor  # [T, N, ...] in the observation space's dtype (uint8 frames)
     episode_starts: torch.Tensor  # [T, N] float, 1 where obs[t] starts a new episode
-    actions: torch.Tensor         # [T, N] long, or [T, N, A] float for continuous actions
-    returns: torch.Tensor         # [T, N] float
-    advantages: torch.Tensor      # [T, N] float
-    values: torch.Tensor          # [T, N] float, the values seen while collecting
-    log_probs: torch.Tensor       # [T, N] float, log pi(a_t | s_t) of the policy that acted
+    actions: torch.Tensor  # [T, N] long, or [T, N, A] float for continuous actions
+    returns: torch.Tensor  # [T, N] float
+    advantages: torch.Tensor  # [T, N] float
+    values: torch.Tensor  # [T, N] float, the values seen while collecting
+    log_probs: torch.Tensor  # [T, N] float, log pi(a_t | s_t) of the policy that acted
     initial_state: tuple[torch.Tensor, ...]  # recurrent state before obs[0] (detached)
     # The policy's logits [T, N, A] and values [T, N] computed while collecting, with their graph:
     # the loss trains through them. None: the loss runs the rollout through the network again.
@@ -81,7 +84,7 @@ class Batch:
     # A curiosity provider's loss terms on this rollout, with their graph (None: computed in the loss).
     intrinsic_losses: Optional[dict[str, torch.Tensor]] = None
     next_obs: Optional[torch.Tensor] = None  # [T, N, ...], obs after step t (for curiosity)
-    valid: Optional[torch.Tensor] = None     # [T, N] float, 1 where next_obs[t] is the true next obs
+    valid: Optional[torch.Tensor] = None  # [T, N] float, 1 where next_obs[t] is the true next obs
     reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"intrinsic": [T, N]}
 
 
@@ -100,16 +103,23 @@ class RolloutStorage:
     clipping to the env's bounds).
     """
 
-    def __init__(self, rollout_size: int, num_envs: int, obs_shape: tuple[int, ...],
-                 device: torch.device | str = "cpu", obs_dtype: torch.dtype = torch.uint8,
-                 action_shape: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        rollout_size: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        device: torch.device | str = "cpu",
+        obs_dtype: torch.dtype = torch.uint8,
+        action_shape: tuple[int, ...] = (),
+    ) -> None:
         self.rollout_size, self.num_envs = rollout_size, num_envs
         T, N = rollout_size, num_envs
         self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
         self.episode_starts = torch.zeros((T, N), device=device)
         # Discrete actions: [T, N] long; continuous ones (action_shape (A,)): [T, N, A] float, as sampled.
-        self.actions = torch.zeros((T, N, *action_shape), dtype=torch.float32 if action_shape else torch.long,
-                                   device=device)
+        self.actions = torch.zeros(
+            (T, N, *action_shape), dtype=torch.float32 if action_shape else torch.long, device=device
+        )
         self.log_probs = torch.zeros((T, N), device=device)  # log pi(a_t | s_t) of the acting policy
         self.values = torch.zeros((T, N), device=device)
         self.rewards = torch.zeros((T, N), device=device)
@@ -131,9 +141,18 @@ class RolloutStorage:
         self.output_logits.append(logits)
         self.output_values.append(values)
 
-    def insert(self, step: int, obs: torch.Tensor, episode_starts: torch.Tensor, actions: torch.Tensor,
-               values: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
-               bootstrap: Optional[torch.Tensor] = None, log_probs: Optional[torch.Tensor] = None) -> None:
+    def insert(
+        self,
+        step: int,
+        obs: torch.Tensor,
+        episode_starts: torch.Tensor,
+        actions: torch.Tensor,
+        values: torch.Tensor,
+        rewards: torch.Tensor,
+        dones: torch.Tensor,
+        bootstrap: Optional[torch.Tensor] = None,
+        log_probs: Optional[torch.Tensor] = None,
+    ) -> None:
         """Step ``step``: what was seen and done, the env reward and done flag it produced,
         ``bootstrap = gamma * V(terminal obs)`` where a time limit cut the episode (else 0), and the
         log-probabilities of the actions under the policy that chose them (else 0)."""
@@ -168,13 +187,23 @@ class RolloutStorage:
         outputs = None
         if len(self.output_logits) == self.rollout_size:
             outputs = torch.stack(self.output_logits), torch.stack(self.output_values)
-        return Batch(obs=self.obs, episode_starts=self.episode_starts, actions=self.actions,
-                     returns=returns, advantages=advantages, values=self.values, log_probs=self.log_probs,
-                     initial_state=self.initial_state, outputs=outputs, **extra)
+        return Batch(
+            obs=self.obs,
+            episode_starts=self.episode_starts,
+            actions=self.actions,
+            returns=returns,
+            advantages=advantages,
+            values=self.values,
+            log_probs=self.log_probs,
+            initial_state=self.initial_state,
+            outputs=outputs,
+            **extra,
+        )
 
 
-def shuffled_minibatches(units: torch.Tensor, minibatches: int,
-                         generator: Optional[torch.Generator] = None) -> Iterator[torch.Tensor]:
+def shuffled_minibatches(
+    units: torch.Tensor, minibatches: int, generator: Optional[torch.Generator] = None
+) -> Iterator[torch.Tensor]:
     """One pass over ``units`` (indices into a batch: PPO's samples or envs, GRPO's members) in a
     random order drawn from ``generator``, in ``minibatches`` parts as equal as they split."""
     order = torch.randperm(len(units), generator=generator).to(units.device)

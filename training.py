@@ -5,6 +5,7 @@ Launched by torchrun, this process is one rank of a data-parallel run (``distrib
 rank checks the input alike and refuses bad input before the process group starts; rank 0 alone
 makes the run directory and writes into it.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from typing import Any, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
+import adr
 import distributed
 from algorithms import algorithm, make_agent
 from capture import compile_network
@@ -22,10 +24,10 @@ from config import Config, with_settings
 from devices import describe, nondeterministic_parts, pick_device
 from envs import action_size, check_env, check_sticky_actions, id_sticky_actions, is_atari, make_vec_env
 from evaluate import PeriodicEvaluator
-from normalize import load as load_normalizer, normalized
 from model import CONV_ENCODERS
+from normalize import load as load_normalizer
+from normalize import normalized
 from perf import has_fast_bf16
-import adr
 from randomize import check_randomizable, parse_physics
 from runner import Runner, save_settings
 from seeds import env_seed, sampling_seed, seed_everything
@@ -44,8 +46,9 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if context.world_size > 1 and config.randomize_domain == "adr":
-        raise UsageError("--randomize-domain adr moves one set of ranges in one process: start it with python, "
-                         "not torchrun")
+        raise UsageError(
+            "--randomize-domain adr moves one set of ranges in one process: start it with python, not torchrun"
+        )
     # A resumed run's settings (its checkpoint's, with the flags typed now on top) are checked as a new run's are.
     check_settings(config)
     if is_atari(config.env_name) and config.sticky_actions is None:  # the run's settings say which it trained under
@@ -61,26 +64,46 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             raise UsageError(f"cannot write to the run directory '{run_dir}': {exc.strerror or exc}") from None
     else:
         run_dir = make_run_dir(config) if context.is_main else ""  # the others learn it from rank 0
-    device = distributed.place(pick_device(config.cuda, config.threads, config.speed.keep_freed_memory,
-                                           vector_obs=not is_atari(config.env_name), tf32=config.speed.tf32,
-                                           reproducible=config.reproducible, say=distributed.local_rank() == 0),
-                               context)
+    device = distributed.place(
+        pick_device(
+            config.cuda,
+            config.threads,
+            config.speed.keep_freed_memory,
+            vector_obs=not is_atari(config.env_name),
+            tf32=config.speed.tf32,
+            reproducible=config.reproducible,
+            say=distributed.local_rank() == 0,
+        ),
+        context,
+    )
     if config.speed.bf16 and not has_fast_bf16(device):
-        print(f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
-              f"be slower, not faster", file=sys.stderr)
+        print(
+            f"warning: this {'GPU' if device.type == 'cuda' else 'CPU'} has no bfloat16 arithmetic; --bf16 will "
+            f"be slower, not faster",
+            file=sys.stderr,
+        )
     seed_everything(config.seed)
 
     # A resumed run reseeds its envs past the ones it already used, so it does not replay them.
     # Each rank's envs take seeds of their own.
-    first_seed = env_seed(config.seed, update=checkpoint["update"] if checkpoint else 0, rank=context.rank,
-                          num_envs=config.num_envs)
+    first_seed = env_seed(
+        config.seed, update=checkpoint["update"] if checkpoint else 0, rank=context.rank, num_envs=config.num_envs
+    )
     curriculum = adr.from_config(config)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, first_seed, config.vec_env,
-                        config.max_episode_frames,
-                        randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
-                        physics=parse_physics(config.env_name, config.physics) if config.physics else None,
-                        frame_size=config.frame_size, adr=curriculum, observation_window=config.observation_window,
-                        sticky_actions=config.sticky_actions)
+    envs = make_vec_env(
+        config.env_name,
+        config.num_envs,
+        config.n_stack,
+        first_seed,
+        config.vec_env,
+        config.max_episode_frames,
+        randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
+        physics=parse_physics(config.env_name, config.physics) if config.physics else None,
+        frame_size=config.frame_size,
+        adr=curriculum,
+        observation_window=config.observation_window,
+        sticky_actions=config.sticky_actions,
+    )
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
     try:
@@ -97,8 +120,10 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
                 curriculum.load_state_dict(checkpoint["adr"])
             catch_up_bests(state, run_dir)
             if state.update >= config.num_updates:
-                raise UsageError(f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
-                                 f"updates; pass a larger --num-updates to train further")
+                raise UsageError(
+                    f"checkpoint {resume} already ran {state.update} of {config.num_updates} "
+                    f"updates; pass a larger --num-updates to train further"
+                )
         # Every input is checked: the ranks meet. The same weights on every rank, and action
         # sampling from a random stream of each rank's own.
         if context.rank > 0:
@@ -124,14 +149,29 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if world:
                 print(world, flush=True)
         if config.eval_interval and context.is_main:  # envs of its own, seeded apart from training, as --eval does
-            evaluator = PeriodicEvaluator(config.env_name, config.eval_episodes,
-                                          env_seed(config.seed, evaluation=True),
-                                          config.n_stack, config.frame_size,
-                                          max_episode_frames=config.max_episode_frames, vec_env=config.vec_env,
-                                          observation_window=config.observation_window,
-                                          obs_stats_from=envs if config.normalize_obs else None)
-        runner = Runner(agent, envs, config, run_dir, state, writer, evaluator, context=context, adr=curriculum,
-                        collector=algo.collector)
+            evaluator = PeriodicEvaluator(
+                config.env_name,
+                config.eval_episodes,
+                env_seed(config.seed, evaluation=True),
+                config.n_stack,
+                config.frame_size,
+                max_episode_frames=config.max_episode_frames,
+                vec_env=config.vec_env,
+                observation_window=config.observation_window,
+                obs_stats_from=envs if config.normalize_obs else None,
+            )
+        runner = Runner(
+            agent,
+            envs,
+            config,
+            run_dir,
+            state,
+            writer,
+            evaluator,
+            context=context,
+            adr=curriculum,
+            collector=algo.collector,
+        )
         final = runner.train()
         if writer is not None:
             writer.close()
@@ -143,10 +183,16 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     if not context.is_main:
         return 1 if "non-finite" in runner.stop_reason else 0
     episodes = final.episodes
-    returns = (f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
-               if episodes.returns else "no episode finished yet")
-    print(f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
-          f"{final.update} updates, {returns}; checkpoints in {run_dir}", flush=True)
+    returns = (
+        f"mean return of the last {len(episodes.returns)} episodes: {episodes.mean:.2f}"
+        if episodes.returns
+        else "no episode finished yet"
+    )
+    print(
+        f"{runner.stop_reason + '; ' if runner.stop_reason else ''}{final.step} env steps, "
+        f"{final.update} updates, {returns}; checkpoints in {run_dir}",
+        flush=True,
+    )
     return 1 if "non-finite" in runner.stop_reason else 0
 
 
@@ -169,11 +215,13 @@ def check_settings(config: Config) -> None:
     continuous = check_env(config.env_name)
     check_sticky_actions(config.sticky_actions, config.env_name)
     check_decay_start("--lr-decay-start", config.lr_decay_start, "--lr-schedule", config.lr_schedule, "rate")
-    check_decay_start("--entropy-decay-start", config.entropy_decay_start, "--entropy-schedule",
-                      config.entropy_schedule, "weight")
+    check_decay_start(
+        "--entropy-decay-start", config.entropy_decay_start, "--entropy-schedule", config.entropy_schedule, "weight"
+    )
     if config.lr_decay_from != 1 and config.lr_schedule != "linear":
-        raise UsageError("--lr-decay-from is the rate the decay of --lr-schedule linear begins at; the rate is "
-                         f"{config.lr_schedule}")
+        raise UsageError(
+            f"--lr-decay-from is the rate the decay of --lr-schedule linear begins at; the rate is {config.lr_schedule}"
+        )
     if not config.lr_decay_from:
         raise UsageError("--lr-decay-from is a share of --lr above 0 (0 would stop learning where the decay begins)")
     if not continuous and (config.log_std_init != Config.log_std_init or config.sde):
@@ -186,23 +234,33 @@ def check_settings(config: Config) -> None:
         if config.frame_size != Config.frame_size:
             raise UsageError(f"--frame-size is the size of an Atari frame; {config.env_name} observes vectors")
         if config.conv_filters != Config.conv_filters:
-            raise UsageError(f"--conv-filters shapes the conv encoder of Atari frames; {config.env_name} observes "
-                             f"vectors (--mlp-width)")
+            raise UsageError(
+                f"--conv-filters shapes the conv encoder of Atari frames; {config.env_name} observes "
+                f"vectors (--mlp-width)"
+            )
     elif not FRAME_SIZES[0] <= config.frame_size <= FRAME_SIZES[1]:
-        raise UsageError(f"--frame-size must be from {FRAME_SIZES[0]} (the smallest frame the Nature CNN takes) to "
-                         f"{FRAME_SIZES[1]} (the screen's height), got {config.frame_size}")
+        raise UsageError(
+            f"--frame-size must be from {FRAME_SIZES[0]} (the smallest frame the Nature CNN takes) to "
+            f"{FRAME_SIZES[1]} (the screen's height), got {config.frame_size}"
+        )
     elif config.obs_history != 1 or config.prev_action_reward:
-        raise UsageError(f"--obs-history and --prev-action-reward are for vector observations; {config.env_name} "
-                         f"stacks its frames (--n-stack)")
+        raise UsageError(
+            f"--obs-history and --prev-action-reward are for vector observations; {config.env_name} "
+            f"stacks its frames (--n-stack)"
+        )
     elif config.normalize_obs or config.normalize_reward:
-        raise UsageError(f"--normalize-obs and --normalize-reward are for vector observations, not the frames "
-                         f"of {config.env_name}")
+        raise UsageError(
+            f"--normalize-obs and --normalize-reward are for vector observations, not the frames of {config.env_name}"
+        )
     elif config.conv_filters != Config.conv_filters and config.arch != "universe":
-        raise UsageError(f"--conv-filters is the width of the universe encoder; --arch {config.arch} has layers "
-                         f"of its own")
+        raise UsageError(
+            f"--conv-filters is the width of the universe encoder; --arch {config.arch} has layers of its own"
+        )
     elif config.mlp_width != Config.mlp_width:
-        raise UsageError(f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
-                         f"frames go through the conv encoder (--arch)")
+        raise UsageError(
+            f"--mlp-width is the width of the MLP for vector observations; {config.env_name}'s "
+            f"frames go through the conv encoder (--arch)"
+        )
     check_physics(config)
 
 
@@ -228,15 +286,21 @@ def check_physics(config: Config) -> None:
         parse_physics(config.env_name, config.physics)
     if config.randomize_domain != "adr":
         if config.adr != Config().adr:
-            raise UsageError("--adr-low, --adr-high, --adr-step, --adr-episodes and --adr-boundary-prob are for "
-                             "--randomize-domain adr")
+            raise UsageError(
+                "--adr-low, --adr-high, --adr-step, --adr-episodes and --adr-boundary-prob are for "
+                "--randomize-domain adr"
+            )
         return
     if config.randomize_every != "episode":
-        raise UsageError("--randomize-domain adr draws every episode's physics from its ranges: --randomize-every "
-                         "is for --randomize-domain uniform")
+        raise UsageError(
+            "--randomize-domain adr draws every episode's physics from its ranges: --randomize-every "
+            "is for --randomize-domain uniform"
+        )
     if config.vec_env in ("subproc", "async"):
-        raise UsageError("--randomize-domain adr moves one set of ranges that every env draws from: it needs the "
-                         "envs in this process (--vec-env sync), not --vec-env async")
+        raise UsageError(
+            "--randomize-domain adr moves one set of ranges that every env draws from: it needs the "
+            "envs in this process (--vec-env sync), not --vec-env async"
+        )
     if config.adr.step <= 0 or config.adr.boundary_prob <= 0:
         raise UsageError("--adr-step and --adr-boundary-prob must be above 0, or no range would ever move")
     adr.from_config(config)  # the thresholds (the env's defaults, or typed)
@@ -249,14 +313,21 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
     if context.world_size == 1 and trained_by == 1:
         return ""
     total_envs = config.num_envs * context.world_size
-    processes = (f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
-                 f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs"
-                 if context.world_size > 1 else f"one process, {total_envs} envs")
-    line = (f"{processes}; batch per update {total_envs} x {config.rollout_size} = "
-            f"{total_envs * config.rollout_size} env steps")
+    processes = (
+        f"data-parallel: {context.world_size} processes ({'NCCL' if device.type == 'cuda' else 'Gloo'}, "
+        f"{device.type}) x {config.num_envs} envs (--num-envs is per process) = {total_envs} envs"
+        if context.world_size > 1
+        else f"one process, {total_envs} envs"
+    )
+    line = (
+        f"{processes}; batch per update {total_envs} x {config.rollout_size} = "
+        f"{total_envs * config.rollout_size} env steps"
+    )
     if trained_by != context.world_size:
-        line += (f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
-                 f"and goes on with {total_envs}")
+        line += (
+            f"; the run was trained by {trained_by} process(es) with {config.num_envs * trained_by} envs "
+            f"and goes on with {total_envs}"
+        )
     return line
 
 

@@ -3,6 +3,7 @@ files written all or nothing (:func:`atomic_write`, :func:`probe_writable`).
 
 Nothing here imports another module of this project.
 """
+
 from __future__ import annotations
 
 import os

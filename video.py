@@ -1,5 +1,6 @@
 """Videos of whole games: ``GameRecorder`` writes each game an env plays as an H.264 .mp4
 (``main.py --eval --video DIR``)."""
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,22 @@ class GameRecorder(gym.Wrapper):
     game (k = 0, 1, ...) gets episode number ``first_episode + k * episode_stride``.
     """
 
-    def __init__(self, env: gym.Env, directory: str, prefix: str, first_episode: int = 1,
-                 episode_stride: int = 1, max_games: Optional[int] = None, fps: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        directory: str,
+        prefix: str,
+        first_episode: int = 1,
+        episode_stride: int = 1,
+        max_games: Optional[int] = None,
+        fps: Optional[float] = None,
+    ) -> None:
         super().__init__(env)
         self.ale = getattr(env.unwrapped, "ale", None)  # None: frames come from env.render()
         if self.ale is None and env.render_mode != "rgb_array":
-            raise ValueError(f"GameRecorder records env.render(): make the env with render_mode='rgb_array', "
-                             f"not {env.render_mode!r}")
+            raise ValueError(
+                f"GameRecorder records env.render(): make the env with render_mode='rgb_array', not {env.render_mode!r}"
+            )
         if fps is None:
             fps = VIDEO_FPS if self.ale is not None else env.metadata.get("render_fps") or RENDER_FPS_FALLBACK
         self.directory, self.prefix = directory, prefix
@@ -89,9 +99,17 @@ class GameRecorder(gym.Wrapper):
         # H.264 in yuv420p: what browsers, TensorBoard and GitHub play. A macro block of 2 keeps
         # the frames' own (even) size, e.g. the Atari screen's 210 x 160, instead of scaling it
         # to a multiple of 16.
-        self._writer = imageio_ffmpeg.write_frames(self._tmp_path, (width, height), fps=self.fps, codec="libx264",
-                                                   pix_fmt_in="rgb24", pix_fmt_out="yuv420p", macro_block_size=2,
-                                                   ffmpeg_log_level="error", output_params=["-f", "mp4"])
+        self._writer = imageio_ffmpeg.write_frames(
+            self._tmp_path,
+            (width, height),
+            fps=self.fps,
+            codec="libx264",
+            pix_fmt_in="rgb24",
+            pix_fmt_out="yuv420p",
+            macro_block_size=2,
+            ffmpeg_log_level="error",
+            output_params=["-f", "mp4"],
+        )
         self._writer.send(None)  # starts ffmpeg
         self._writer.send(first_frame)
 

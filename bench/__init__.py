@@ -1,4 +1,5 @@
 """The tools that are run again, each as ``python -m bench.NAME`` from the repository root."""
+
 import argparse
 import math
 

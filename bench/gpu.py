@@ -11,6 +11,7 @@ Without CUDA every piece but env refuses in one line, exit code 2. Throughput ke
 apart, so ``--envs 16`` then ``--envs 64`` split it; pong trains for ``--minutes``, stops the run
 with SIGTERM, and the next pong resumes it, its wall time added up, until 20 or 10M env steps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,12 @@ def _fmt(value: Any) -> str:
 def figures(value: Any, path: str = "") -> list[tuple[str, Any]]:
     """Every figure under ``value`` as (its keys joined with `` / ``, value); lists and commands left out."""
     if isinstance(value, dict):
-        return [row for key, v in value.items() if key != "command"
-                for row in figures(v, f"{path} / {key}" if path else key)]
+        return [
+            row
+            for key, v in value.items()
+            if key != "command"
+            for row in figures(v, f"{path} / {key}" if path else key)
+        ]
     return [] if isinstance(value, list) else [(path, value)]
 
 
@@ -57,12 +62,16 @@ def save(out_dir: str, piece: str, new: dict[str, Any], argv: Sequence[str], rep
     """Put ``new`` and its command line into gpu.json as ``piece``, over that piece's entry (each env count
     of throughput kept apart) or with ``replace`` in place of it, the other pieces kept; rewrite gpu.md."""
     results = load(out_dir)
-    results[piece] = {**({} if replace else results.get(piece, {})), **new,
-                      "command": shlex.join(["python", "-m", "bench.gpu", *argv])}
+    results[piece] = {
+        **({} if replace else results.get(piece, {})),
+        **new,
+        "command": shlex.join(["python", "-m", "bench.gpu", *argv]),
+    }
     lines = ["# GPU benchmark", "", "| piece | figure | value |", "|---|---|---|"]
     lines += [f"| {name} | {what} | {_fmt(v)} |" for name in PIECES for what, v in figures(results.get(name, {}))]
-    lines += ["", "Commands:", ""] + [f"- {name}: `{results[name]['command']}`" for name in PIECES
-                                      if "command" in results.get(name, {})]
+    lines += ["", "Commands:", ""] + [
+        f"- {name}: `{results[name]['command']}`" for name in PIECES if "command" in results.get(name, {})
+    ]
     for name, text in (("gpu.json", json.dumps(results, indent=2) + "\n"), ("gpu.md", "\n".join(lines) + "\n")):
         with open(os.path.join(out_dir, name + ".tmp"), "w") as f:
             f.write(text)
@@ -99,17 +108,25 @@ def piece_env(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
     cuda = cuda_available()
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=30).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if cuda else None,
-            "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
-            "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 2) if cuda else None,
-            "bf16_supported": torch.cuda.is_bf16_supported() if cuda else None, "cpu_count": os.cpu_count(),
-            **{name.replace("-", "_"): version(name) for name in ("ale-py", "stable-baselines3", "gymnasium")},
-            "git_commit": commit}
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 2) if cuda else None,
+        "bf16_supported": torch.cuda.is_bf16_supported() if cuda else None,
+        "cpu_count": os.cpu_count(),
+        **{name.replace("-", "_"): version(name) for name in ("ale-py", "stable-baselines3", "gymnasium")},
+        "git_commit": commit,
+    }
     for key, value in info.items():
         print(f"{key:>18}: {_fmt(value)}")
     if not cuda:
@@ -120,8 +137,13 @@ def piece_env(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 def piece_smoke(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     require_cuda("smoke")
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=args.minutes * 60)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "cuda", "-q"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=args.minutes * 60,
+        )
         output, code = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
         output, code = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or "", None
@@ -149,11 +171,14 @@ def piece_throughput(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         trials = tp.run_alternating(trainers, steps, args.repeats, warmup_steps=0)
         tp.print_table(trials)
         cells[str(num_envs)] = {
-            "steps": steps, "repeats": args.repeats,
-            "trainers": {name: {"steps_per_s": round(t.median_rate, 1), "rounds": [round(r, 1) for r in t.rates]}
-                         for name, t in trials.items()},
-            "ratios_over_sb3": {name: round(trials[name].median_rate / trials[tp.SB3].median_rate, 3)
-                                for name in ours}}
+            "steps": steps,
+            "repeats": args.repeats,
+            "trainers": {
+                name: {"steps_per_s": round(t.median_rate, 1), "rounds": [round(r, 1) for r in t.rates]}
+                for name, t in trials.items()
+            },
+            "ratios_over_sb3": {name: round(trials[name].median_rate / trials[tp.SB3].median_rate, 3) for name in ours},
+        }
         save(args.out_dir, "throughput", {str(num_envs): cells[str(num_envs)]}, args.argv)  # kept if cut off
     return cells, 0
 
@@ -171,8 +196,9 @@ def first_reach(points: Sequence[Point], target: float) -> Optional[Point]:
 
 def wall_seconds_at(segments: Sequence[dict[str, Any]], wall_time: float) -> float:
     """Training seconds up to ``wall_time`` over the segments (``end`` None: still running), pauses left out."""
-    return sum(max(0.0, (wall_time if s.get("end") is None else min(s["end"], wall_time)) - s["start"])
-               for s in segments)
+    return sum(
+        max(0.0, (wall_time if s.get("end") is None else min(s["end"], wall_time)) - s["start"]) for s in segments
+    )
 
 
 def read_points(run_dir: str) -> tuple[list[Point], int]:
@@ -186,8 +212,9 @@ def read_points(run_dir: str) -> tuple[list[Point], int]:
     return [Point(e.step, e.value, e.wall_time) for e in events.Scalars(MEAN100)] if MEAN100 in tags else [], last
 
 
-def pong_summary(state: dict[str, Any], points: Sequence[Point], last_step: int, budget: int,
-                 ended: bool = False) -> dict[str, Any]:
+def pong_summary(
+    state: dict[str, Any], points: Sequence[Point], last_step: int, budget: int, ended: bool = False
+) -> dict[str, Any]:
     """``state`` brought up to date: each target's first reach in env steps and training seconds, what was
     trained, and whether it is done (20 reached, ``budget`` spent, or ``ended`` by itself at --max-env-steps)."""
     reached = {}
@@ -197,11 +224,22 @@ def pong_summary(state: dict[str, Any], points: Sequence[Point], last_step: int,
         reached[f"{target:g}"] = point and {"env_steps": point.step, "wall_seconds": seconds}
     goal = reached[f"{PONG_TARGETS[-1]:g}"]
     done = goal is not None or last_step >= budget or ended
-    status = ("done: reached 20" if goal else "running: run pong again to continue" if not done
-              else f"done: the run ended (budget {budget:,} env steps) without reaching 20")
-    return {**state, "reached": reached, "env_steps": last_step, "done": done, "status": status,
-            "wall_seconds": round(sum(s["end"] - s["start"] for s in state["segments"] if s.get("end")), 1),
-            "last_mean100": max(points, key=lambda p: p.step).value if points else None}
+    status = (
+        "done: reached 20"
+        if goal
+        else "running: run pong again to continue"
+        if not done
+        else f"done: the run ended (budget {budget:,} env steps) without reaching 20"
+    )
+    return {
+        **state,
+        "reached": reached,
+        "env_steps": last_step,
+        "done": done,
+        "status": status,
+        "wall_seconds": round(sum(s["end"] - s["start"] for s in state["segments"] if s.get("end")), 1),
+        "last_mean100": max(points, key=lambda p: p.step).value if points else None,
+    }
 
 
 def stop_at(proc: subprocess.Popen, deadline: float) -> str:
@@ -243,8 +281,20 @@ def piece_pong(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         if last and os.path.exists(last):
             command = [sys.executable, "main.py", "--resume", last, "--num-updates", budget, "--cuda"]
         else:  # the first run gets as many updates as env steps: --max-env-steps stops it first
-            command = [sys.executable, "main.py", "--env-name", PONG, "--arch", "nature", "--no-recurrent",
-                       "--cuda", "--log-dir", runs, "--num-updates", budget]
+            command = [
+                sys.executable,
+                "main.py",
+                "--env-name",
+                PONG,
+                "--arch",
+                "nature",
+                "--no-recurrent",
+                "--cuda",
+                "--log-dir",
+                runs,
+                "--num-updates",
+                budget,
+            ]
             state = {"segments": []}
         command += ["--max-env-steps", budget]
         log = os.path.join(runs, f"segment-{time.strftime('%Y%m%d-%H%M%S')}.log")
@@ -266,10 +316,14 @@ def piece_pong(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         if code or how == "interrupted" or state["env_steps"] <= steps_before:
             break  # failed, interrupted, or ended without training
     for goal, reach in state.get("reached", {}).items():
-        print(f"pong: mean-100 >= {goal}: " + (f"after {reach['env_steps']:,} env steps, "
-                                               f"{reach['wall_seconds']:,.0f} s" if reach else "not yet"))
-    print(f"pong: {state.get('env_steps', 0):,} env steps in {state.get('wall_seconds', 0):,.0f} s; "
-          f"{state.get('status', 'not started')}")
+        print(
+            f"pong: mean-100 >= {goal}: "
+            + (f"after {reach['env_steps']:,} env steps, {reach['wall_seconds']:,.0f} s" if reach else "not yet")
+        )
+    print(
+        f"pong: {state.get('env_steps', 0):,} env steps in {state.get('wall_seconds', 0):,.0f} s; "
+        f"{state.get('status', 'not started')}"
+    )
     return state, code
 
 
@@ -284,8 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", default="bench_gpu", help="where gpu.json, gpu.md and pong_runs/ go")
     p.add_argument("--repeats", type=positive, default=2, help="throughput: rounds; medians are reported")
     p.add_argument("--envs", type=positive, nargs="+", default=[16, 64, 256], help="throughput: env counts")
-    p.add_argument("--minutes", type=lambda text: positive(text, float), default=9.0,
-                   help="pong: wall-clock minutes this piece trains; smoke: its time limit")
+    p.add_argument(
+        "--minutes",
+        type=lambda text: positive(text, float),
+        default=9.0,
+        help="pong: wall-clock minutes this piece trains; smoke: its time limit",
+    )
     return p
 
 

@@ -5,6 +5,7 @@ LOG_DIR/grid.md, .json and .png (a heat map a configuration; with ``--baseline``
 
     python -m bench.grid_report --log-dir runs/dr --configs default randomized --baseline default
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,25 @@ REPORT_KEY = "_report"  # OUT.json's key of the table and maps; no configuration
 NO_FIGURE = "–"  # a figure with nothing to measure (no held-out cell, no specialist)
 
 
-def random_grid(env_name: str, episodes: int, seed: int, *, num_envs: Optional[int] = None,
-                max_episode_steps: Optional[int] = None) -> dict[str, Any]:
+def random_grid(
+    env_name: str, episodes: int, seed: int, *, num_envs: Optional[int] = None, max_episode_steps: Optional[int] = None
+) -> dict[str, Any]:
     """Random play in each cell on an agent's grid's env seeds (the floor), each cell's draws seeded afresh."""
-    grid = play_cells(env_name, episodes, seed, num_envs, max_episode_steps,
-                      lambda envs: play_random(envs, episodes, np.random.default_rng(seed)))
+    grid = play_cells(
+        env_name,
+        episodes,
+        seed,
+        num_envs,
+        max_episode_steps,
+        lambda envs: play_random(envs, episodes, np.random.default_rng(seed)),
+    )
     return {**grid, "policy": "random"}
 
 
 def worst_decile(means: Sequence[float]) -> float:
     """The mean of the worst tenth of the cells' mean returns, at least one cell."""
     ordered = np.sort(np.asarray(means, dtype=np.float64))
-    return float(ordered[:max(1, len(ordered) // 10)].mean())
+    return float(ordered[: max(1, len(ordered) // 10)].mean())
 
 
 def fraction_of_ceiling(score: float, floor: float, ceiling: float) -> float:
@@ -48,12 +56,21 @@ def fraction_of_ceiling(score: float, floor: float, ceiling: float) -> float:
     return (score - floor) / (ceiling - floor) if ceiling > floor else float("nan")
 
 
-def draw_difference(grid: dict[str, Any], differences: Sequence[np.ndarray], titles: Sequence[str],
-                    path: str) -> None:
+def draw_difference(grid: dict[str, Any], differences: Sequence[np.ndarray], titles: Sequence[str], path: str) -> None:
     """Per-cell differences in mean return side by side, on one diverging scale centred on 0."""
     largest = max(float(np.nanmax(np.abs(d))) for d in differences) or 1.0
-    draw_maps([grid] * len(differences), list(differences), titles, path, cmap="RdBu", low=-largest, high=largest,
-              label="difference in mean return", number="{:+.0f}", held_out=[None] * len(differences))
+    draw_maps(
+        [grid] * len(differences),
+        list(differences),
+        titles,
+        path,
+        cmap="RdBu",
+        low=-largest,
+        high=largest,
+        label="difference in mean return",
+        number="{:+.0f}",
+        held_out=[None] * len(differences),
+    )
 
 
 def cell_mean(grid: dict, cell: dict[str, float]) -> float:
@@ -62,15 +79,24 @@ def cell_mean(grid: dict, cell: dict[str, float]) -> float:
     return float(found["mean"])
 
 
-def specialist_ceilings(specialists: dict[str, tuple[dict[str, float], list[dict[str, Any]]]],
-                        floor: dict) -> list[dict[str, Any]]:
+def specialist_ceilings(
+    specialists: dict[str, tuple[dict[str, float], list[dict[str, Any]]]], floor: dict
+) -> list[dict[str, Any]]:
     """Each specialist's cell (name -> (its cell, its runs' ``seed`` and ``grid``)) with its seeds' scores
     there, their mean (the ceiling) and random play's (the floor)."""
     ceilings = []
     for name, (cell, runs) in specialists.items():
         scores = [cell_mean(run["grid"], cell) for run in runs]
-        ceilings.append({**cell, "specialist": name, "seeds": [run["seed"] for run in runs], "scores": scores,
-                         "ceiling": float(np.mean(scores)), "floor": cell_mean(floor, cell)})
+        ceilings.append(
+            {
+                **cell,
+                "specialist": name,
+                "seeds": [run["seed"] for run in runs],
+                "scores": scores,
+                "ceiling": float(np.mean(scores)),
+                "floor": cell_mean(floor, cell),
+            }
+        )
     return ceilings
 
 
@@ -80,8 +106,9 @@ def ceiling_fractions(grid: dict, ceilings: Sequence[dict[str, Any]]) -> list[di
     for ceiling in ceilings:
         cell = {name: ceiling[name] for name in grid["axes"]}
         score = cell_mean(grid, cell)
-        fractions.append({**cell, "score": score,
-                          "fraction": fraction_of_ceiling(score, ceiling["floor"], ceiling["ceiling"])})
+        fractions.append(
+            {**cell, "score": score, "fraction": fraction_of_ceiling(score, ceiling["floor"], ceiling["ceiling"])}
+        )
     return fractions
 
 
@@ -89,9 +116,13 @@ def grid_summary(grid: dict, solved: float, ceilings: Optional[Sequence[dict[str
     """One run's figures over the grid; the held-out mean and the fraction of the ceiling (over the cells
     where the ceiling is above the floor) None where there is none."""
     means = np.array([cell["mean"] for cell in grid["cells"]])
-    summary: dict[str, Any] = {"mean": float(means.mean()), "worst": float(means.min()),
-                               "worst_decile": worst_decile(means), "held_out": region_means(grid)["held_out"],
-                               "solved": float((means >= solved).mean())}
+    summary: dict[str, Any] = {
+        "mean": float(means.mean()),
+        "worst": float(means.min()),
+        "worst_decile": worst_decile(means),
+        "held_out": region_means(grid)["held_out"],
+        "solved": float((means >= solved).mean()),
+    }
     if ceilings:
         fractions = [f["fraction"] for f in ceiling_fractions(grid, ceilings) if math.isfinite(f["fraction"])]
         summary["ceiling_fraction"] = float(np.mean(fractions)) if fractions else None
@@ -105,39 +136,74 @@ def _over_seeds(values: Sequence[Optional[float]], fmt: str) -> str:
     return f"{np.mean(known):{fmt}} ({each})" if known else NO_FIGURE
 
 
-def compare_grids(results: dict[str, list[dict[str, Any]]], out: str, command: str, solved: float, *,
-                  baseline: Optional[str] = None, ceilings: Optional[list[dict[str, Any]]] = None,
-                  floor: Optional[dict] = None) -> str:
+def compare_grids(
+    results: dict[str, list[dict[str, Any]]],
+    out: str,
+    command: str,
+    solved: float,
+    *,
+    baseline: Optional[str] = None,
+    ceilings: Optional[list[dict[str, Any]]] = None,
+    floor: Optional[dict] = None,
+) -> str:
     """Write ``out.md``, ``out.json``, ``out.png`` (and with ``baseline`` ``out_diff.png``) from each
     configuration's runs (``seed``, ``run_dir``, ``grid``, ``default_physics``); returns the markdown."""
     first = next(iter(results.values()))[0]["grid"]
     decile = max(1, len(first["cells"]) // 10)
-    header = ["configuration", "seeds", "mean return over the cells",
-              f"worst decile ({decile} cell{'s' if decile > 1 else ''})", "mean over held-out cells",
-              "default physics", f"cells at {solved:g} or more", "fraction of the ceiling" + (
-                  f" ({len(ceilings)} cell{'s' if len(ceilings) > 1 else ''})" if ceilings else "")]
+    header = [
+        "configuration",
+        "seeds",
+        "mean return over the cells",
+        f"worst decile ({decile} cell{'s' if decile > 1 else ''})",
+        "mean over held-out cells",
+        "default physics",
+        f"cells at {solved:g} or more",
+        "fraction of the ceiling" + (f" ({len(ceilings)} cell{'s' if len(ceilings) > 1 else ''})" if ceilings else ""),
+    ]
     header += [f"mean minus {baseline}"] if baseline is not None else []
     lines = [command, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     tables, held_out, rows = {}, {}, []
     for name, runs in results.items():
         for run in runs:
-            run["summary"] = {**grid_summary(run["grid"], solved, ceilings),
-                              "default_physics": run["default_physics"]["mean"] if "default_physics" in run else None}
+            run["summary"] = {
+                **grid_summary(run["grid"], solved, ceilings),
+                "default_physics": run["default_physics"]["mean"] if "default_physics" in run else None,
+            }
             if ceilings:
                 run["ceiling_fraction"] = ceiling_fractions(run["grid"], ceilings)
-        rows.append({"config": name, "seeds": [run["seed"] for run in runs],
-                     **{key: [run["summary"].get(key) for run in runs]
-                        for key in ("mean", "worst", "worst_decile", "held_out", "default_physics", "solved",
-                                    "ceiling_fraction")}})
+        rows.append(
+            {
+                "config": name,
+                "seeds": [run["seed"] for run in runs],
+                **{
+                    key: [run["summary"].get(key) for run in runs]
+                    for key in (
+                        "mean",
+                        "worst",
+                        "worst_decile",
+                        "held_out",
+                        "default_physics",
+                        "solved",
+                        "ceiling_fraction",
+                    )
+                },
+            }
+        )
         tables[name] = np.mean([mean_table(run["grid"]) for run in runs], axis=0)
         masks = [held_out_table(run["grid"]) for run in runs]
         held_out[name] = None if any(m is None for m in masks) else np.mean(masks, axis=0)
     base = next((r for r in rows if r["config"] == baseline), None)
     for row in rows:
-        cells = [row["config"], " ".join(map(str, row["seeds"])), _over_seeds(row["mean"], ".1f"),
-                 _over_seeds(row["worst_decile"], ".1f"), _over_seeds(row["held_out"], ".1f"),
-                 _over_seeds(row["default_physics"], ".1f"), _over_seeds(row["solved"], ".0%"),
-                 _over_seeds(row["ceiling_fraction"], ".2f")]
+        cells = [
+            row["config"],
+            " ".join(map(str, row["seeds"])),
+            _over_seeds(row["mean"], ".1f"),
+            _over_seeds(row["worst_decile"], ".1f"),
+            _over_seeds(row["held_out"], ".1f"),
+            _over_seeds(row["default_physics"], ".1f"),
+            _over_seeds(row["solved"], ".0%"),
+            _over_seeds(row["ceiling_fraction"], ".2f"),
+        ]
         if base is not None:
             row["mean_minus_baseline"] = None if row is base else float(np.mean(row["mean"]) - np.mean(base["mean"]))
             cells.append(NO_FIGURE if row is base else f"{row['mean_minus_baseline']:+.1f}")
@@ -145,15 +211,20 @@ def compare_grids(results: dict[str, list[dict[str, Any]]], out: str, command: s
 
     report: dict[str, Any] = {"solved": solved, "rows": rows, "baseline": baseline}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    draw_heatmaps([runs[0]["grid"] for runs in results.values()],
-                  [f"{name}: mean of {len(runs)} seed{'s' if len(runs) > 1 else ''}" for name, runs in results.items()],
-                  out + ".png", tables=list(tables.values()), held_out=list(held_out.values()))
+    draw_heatmaps(
+        [runs[0]["grid"] for runs in results.values()],
+        [f"{name}: mean of {len(runs)} seed{'s' if len(runs) > 1 else ''}" for name, runs in results.items()],
+        out + ".png",
+        tables=list(tables.values()),
+        held_out=list(held_out.values()),
+    )
     if baseline is not None:
         others = [name for name in results if name != baseline]
         differences = [tables[name] - tables[baseline] for name in others]
         report["difference"] = {name: d.tolist() for name, d in zip(others, differences)}
-        draw_difference(first, differences, [f"{name} minus {baseline}: mean over seeds" for name in others],
-                        out + "_diff.png")
+        draw_difference(
+            first, differences, [f"{name} minus {baseline}: mean over seeds" for name in others], out + "_diff.png"
+        )
     if ceilings:
         report.update(ceilings=ceilings, floor=floor)
     with open(out + ".md", "w") as f:
@@ -186,9 +257,24 @@ def play(run_dir: str, episodes: int, grid: bool) -> dict:
     physics, one thread on the CPU; the ``--json`` it writes beside the checkpoint."""
     load = os.path.join(run_dir, "a2c_last")
     table = f"{load}_{'physics_grid' if grid else 'default_physics'}.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--eval", "--load", load, "--episodes",
-                    str(episodes), "--json", table, "--no-cuda", "--threads", "1",
-                    *(["--physics-grid", "--out", f"{load}_physics_grid.png"] if grid else [])], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "main.py"),
+            "--eval",
+            "--load",
+            load,
+            "--episodes",
+            str(episodes),
+            "--json",
+            table,
+            "--no-cuda",
+            "--threads",
+            "1",
+            *(["--physics-grid", "--out", f"{load}_physics_grid.png"] if grid else []),
+        ],
+        check=True,
+    )
     with open(table) as f:
         return json.load(f)
 
@@ -202,8 +288,9 @@ def specialist_cell(env_name: str, physics: str) -> dict[str, float]:
         raise ValueError("trained on the default physics (no --physics), not on one cell")
     values = randomize.parse_physics(env_name, physics)
     names, axes = randomize.grid(env_name)
-    if any(values[name] not in axis for name, axis in zip(names, axes)) or \
-            any(values[name] != value for name, value in FAMILIES[env_name].grid_fixed.items()):
+    if any(values[name] not in axis for name, axis in zip(names, axes)) or any(
+        values[name] != value for name, value in FAMILIES[env_name].grid_fixed.items()
+    ):
         raise ValueError(f"--physics {physics} is not a cell of the {env_name} grid")
     return {name: values[name] for name in names}
 
@@ -213,12 +300,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", required=True, help="the study's --log-dir")
     p.add_argument("--configs", nargs="+", required=True, metavar="NAME", help="the configurations to compare")
     p.add_argument("--episodes", type=positive, default=10, help="episodes a cell (default: %(default)s)")
-    p.add_argument("--episodes-default", type=positive, default=30,
-                   help="episodes of each run on the default physics (default: %(default)s)")
+    p.add_argument(
+        "--episodes-default",
+        type=positive,
+        default=30,
+        help="episodes of each run on the default physics (default: %(default)s)",
+    )
     p.add_argument("--solved", type=float, default=200.0, help="a cell is solved from this mean return (default: 200)")
     p.add_argument("--baseline", metavar="NAME", help="one of --configs: each other's difference to it")
-    p.add_argument("--specialists", nargs="+", default=[], metavar="NAME",
-                   help="configurations trained on one grid cell each (--physics): their score there is the ceiling")
+    p.add_argument(
+        "--specialists",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="configurations trained on one grid cell each (--physics): their score there is the ceiling",
+    )
     return p
 
 
@@ -253,22 +349,39 @@ def main(argv: Optional[list[str]] = None) -> int:
             p.error(f"--specialists: two of them trained on the cell {settings[0].physics}")
 
     # Run directory -> its grid, each played once (a configuration may also be a specialist).
-    played = {run_dir: play(run_dir, args.episodes, grid=True)
-              for run_dir in dict.fromkeys(run_dir for runs in runs_of.values() for _, run_dir in runs)}
-    results = {name: [{"seed": seed, "run_dir": run_dir, "grid": played[run_dir],
-                       "default_physics": play(run_dir, args.episodes_default, grid=False)}
-                      for seed, run_dir in runs_of[name]] for name in names}
+    played = {
+        run_dir: play(run_dir, args.episodes, grid=True)
+        for run_dir in dict.fromkeys(run_dir for runs in runs_of.values() for _, run_dir in runs)
+    }
+    results = {
+        name: [
+            {
+                "seed": seed,
+                "run_dir": run_dir,
+                "grid": played[run_dir],
+                "default_physics": play(run_dir, args.episodes_default, grid=False),
+            }
+            for seed, run_dir in runs_of[name]
+        ]
+        for name in names
+    }
     ceilings = floor = None
     if specialists:
         some = next(iter(played.values()))  # every grid played on the same env seeds
         floor = random_grid(env_name, some["episodes"], some["seed"], num_envs=len(some["episodes_per_env"]))
-        ceilings = specialist_ceilings({name: (cells[name], [{"seed": seed, "grid": played[run_dir]}
-                                                             for seed, run_dir in runs_of[name]])
-                                        for name in specialists}, floor)
+        ceilings = specialist_ceilings(
+            {
+                name: (cells[name], [{"seed": seed, "grid": played[run_dir]} for seed, run_dir in runs_of[name]])
+                for name in specialists
+            },
+            floor,
+        )
     out = os.path.join(args.log_dir, "grid")
-    command = (f"Each run's `a2c_last` over the physics grid, {args.episodes} episodes a cell, and "
-               f"{args.episodes_default} on the default physics (`python -m bench.grid_report "
-               f"{shlex.join(sys.argv[1:] if argv is None else argv)}`).")
+    command = (
+        f"Each run's `a2c_last` over the physics grid, {args.episodes} episodes a cell, and "
+        f"{args.episodes_default} on the default physics (`python -m bench.grid_report "
+        f"{shlex.join(sys.argv[1:] if argv is None else argv)}`)."
+    )
     print(compare_grids(results, out, command, args.solved, baseline=baseline, ceilings=ceilings, floor=floor))
     print(f"wrote {out}.md, {out}.json, {out}.png" + (f", {out}_diff.png" if baseline else ""))
     return 0

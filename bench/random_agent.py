@@ -3,6 +3,7 @@ trained agent must beat.
 
     python -m bench.random_agent --env-name BreakoutNoFrameskip-v4 --episodes 30
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--episodes", type=positive, default=30)
     p.add_argument("--num-envs", type=positive, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--vec-env", choices=VEC_ENV_CHOICES, default="ale",
-                   help="env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)")
+    p.add_argument(
+        "--vec-env",
+        choices=VEC_ENV_CHOICES,
+        default="ale",
+        help="env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)",
+    )
     args = p.parse_args(argv)
     envs = make_vec_env(args.env_name, args.num_envs, seed=args.seed, vec_env=args.vec_env)
     try:

@@ -6,6 +6,7 @@ replays exactly. Play it with ``python main.py --eval --load agents/NAME``.
     python -m bench.ship_agent RUN/a2c_best_reward agents/pong --episodes 30 \\
         --command "python main.py --env-name PongNoFrameskip-v4 --seed 42 --num-updates 62500"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,40 @@ def play(path: str, episodes: int, seed: int, protocol: str, deterministic: bool
     """The raw scores of ``episodes`` games of the agent at ``path``, as ``main.py --eval`` plays them."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "scores.json")
-        argv = ["--eval", "--load", path, "--episodes", str(episodes), "--seed", str(seed), "--protocol", protocol,
-                "--json", out, "--no-cuda", "--threads", "1", *(["--deterministic"] if deterministic else [])]
+        argv = [
+            "--eval",
+            "--load",
+            path,
+            "--episodes",
+            str(episodes),
+            "--seed",
+            str(seed),
+            "--protocol",
+            protocol,
+            "--json",
+            out,
+            "--no-cuda",
+            "--threads",
+            "1",
+            *(["--deterministic"] if deterministic else []),
+        ]
         if cli.main(argv) != 0:
             raise UsageError(f"could not play {path}")
         with open(out) as f:
             return [float(s) for s in json.load(f)["scores"]]
 
 
-def ship(source: str, target: str, *, episodes: int, check_episodes: int, seed: int, protocol: str,
-         deterministic: bool, command: str) -> dict[str, Any]:
+def ship(
+    source: str,
+    target: str,
+    *,
+    episodes: int,
+    check_episodes: int,
+    seed: int,
+    protocol: str,
+    deterministic: bool,
+    command: str,
+) -> dict[str, Any]:
     """Write the agent file ``target`` from checkpoint ``source``; its record."""
     checkpoint = load_checkpoint(source)
     scores: dict[torch.dtype, list[float]] = {}
@@ -48,14 +73,26 @@ def ship(source: str, target: str, *, episodes: int, check_episodes: int, seed: 
     dtype = torch.float16 if scores[torch.float16] == scores[torch.float32] else torch.float32
     kept = scores[dtype]
     mean = sum(kept) / len(kept)
-    record = {"episodes": episodes, "seed": seed, "protocol": protocol, "deterministic": deterministic,
-              "scores": kept, "mean": mean, "std": (sum((s - mean) ** 2 for s in kept) / len(kept)) ** 0.5,
-              "float32_mean": sum(scores[torch.float32]) / episodes, "dtype": str(dtype).removeprefix("torch."),
-              "env_steps": int(checkpoint["step"]), "source": os.path.basename(source), "command": command}
+    record = {
+        "episodes": episodes,
+        "seed": seed,
+        "protocol": protocol,
+        "deterministic": deterministic,
+        "scores": kept,
+        "mean": mean,
+        "std": (sum((s - mean) ** 2 for s in kept) / len(kept)) ** 0.5,
+        "float32_mean": sum(scores[torch.float32]) / episodes,
+        "dtype": str(dtype).removeprefix("torch."),
+        "env_steps": int(checkpoint["step"]),
+        "source": os.path.basename(source),
+        "command": command,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     atomic_save(agent_file(checkpoint, dtype, record), target)
-    record["check"] = {"episodes": check_episodes,
-                       "scores": play(target, check_episodes, seed, protocol, deterministic)}
+    record["check"] = {
+        "episodes": check_episodes,
+        "scores": play(target, check_episodes, seed, protocol, deterministic),
+    }
     atomic_save(agent_file(checkpoint, dtype, record), target)
     return record
 
@@ -72,14 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--command", default="", help="the command that trained it, for the record")
     args = p.parse_args(argv)
     try:
-        record = ship(args.checkpoint, args.target, episodes=args.episodes, check_episodes=args.check_episodes,
-                      seed=args.seed, protocol=args.protocol, deterministic=args.deterministic, command=args.command)
+        record = ship(
+            args.checkpoint,
+            args.target,
+            episodes=args.episodes,
+            check_episodes=args.check_episodes,
+            seed=args.seed,
+            protocol=args.protocol,
+            deterministic=args.deterministic,
+            command=args.command,
+        )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.target}: {record['dtype']}, {os.path.getsize(args.target) / 1024:.0f} KiB, {record['env_steps']} "
-          f"env steps; mean {record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
-          f"(float32: {record['float32_mean']:.2f}); check {record['check']['scores']}")
+    print(
+        f"{args.target}: {record['dtype']}, {os.path.getsize(args.target) / 1024:.0f} KiB, {record['env_steps']} "
+        f"env steps; mean {record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
+        f"(float32: {record['float32_mean']:.2f}); check {record['check']['scores']}"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ reached each ``--reach`` score, its mean-100 at the end, explained variance and 
     python -m bench.study --env-name LunarLander-v3 --configs default= randomized=--randomize-domain \\
         --seeds 1 2 3 --steps 1000000 --log-dir runs/dr --flags=--no-cuda
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,13 @@ RETURN_TAG, SPEED_TAG = "episode/return_mean100", "train/steps_per_second"
 EXPLAINED_VARIANCE_TAG = "train/explained_variance"
 TAIL_FRACTION = 0.1  # explained variance is averaged over this last share of a run's env steps
 # What the study sets itself, and flags that would make a run no training run: refused in a configuration.
-STUDY_OWNED = {"env_name": "--env-name", "seed": "--seeds", "log_dir": "--log-dir", "num_updates": "--steps",
-               "max_env_steps": "--steps"}
+STUDY_OWNED = {
+    "env_name": "--env-name",
+    "seed": "--seeds",
+    "log_dir": "--log-dir",
+    "num_updates": "--steps",
+    "max_env_steps": "--steps",
+}
 NOT_TRAINING = ("resume", "eval", "load", "plot", "out")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # usable as a directory name everywhere
 DONE_MARKER, RUN_FILE, LOG_FILE = "done", "run.json", "train.log"  # in a run's directory
@@ -50,7 +56,8 @@ def parse_config(text: str) -> tuple[str, list[str]]:
     name, sep, flags = text.partition("=")
     if not sep or not NAME_PATTERN.fullmatch(name):
         raise argparse.ArgumentTypeError(
-            f"expected NAME=FLAGS with a NAME of letters, digits and ._+- (it names a directory), got '{text}'")
+            f"expected NAME=FLAGS with a NAME of letters, digits and ._+- (it names a directory), got '{text}'"
+        )
     try:
         return name, shlex.split(flags)
     except ValueError as exc:  # an unclosed quote
@@ -96,16 +103,36 @@ def step_budget(steps: int, flags: Sequence[str], env_name: str = "PongNoFramesk
     return ["--max-env-steps", str(steps)] if _settings(flags, env_name).algo == "grpo" else []
 
 
-def run_command(env_name: str, seed: int, updates: int, flags: Sequence[str], log_dir: Optional[str] = None,
-                resume: Optional[str] = None) -> list[str]:
+def run_command(
+    env_name: str,
+    seed: int,
+    updates: int,
+    flags: Sequence[str],
+    log_dir: Optional[str] = None,
+    resume: Optional[str] = None,
+) -> list[str]:
     """One run's ``main.py`` command: a new one under ``log_dir``, or one continued from the checkpoint
     ``resume`` (in its own run directory); one torch thread, no progress bar, ``flags`` last."""
     if (log_dir is None) == (resume is None):
         raise ValueError("give either log_dir (a new run) or resume (a checkpoint to continue)")
     where = ["--log-dir", log_dir] if resume is None else []
     start = ["--resume", resume] if resume is not None else []
-    return [sys.executable, os.path.join(ROOT, "main.py"), *start, "--env-name", env_name, "--threads", "1",
-            "--seed", str(seed), "--no-progress", *where, "--num-updates", str(updates), *flags]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "main.py"),
+        *start,
+        "--env-name",
+        env_name,
+        "--threads",
+        "1",
+        "--seed",
+        str(seed),
+        "--no-progress",
+        *where,
+        "--num-updates",
+        str(updates),
+        *flags,
+    ]
 
 
 def steps_to_reach(steps: np.ndarray, values: np.ndarray, score: float) -> Optional[int]:
@@ -130,43 +157,69 @@ def summarize_run(scalars: dict[str, tuple[np.ndarray, np.ndarray]], reach: Sequ
     end = max((int(s[-1]) for s, _ in scalars.values() if len(s)), default=0)
     steps, means = scalars.get(RETURN_TAG, empty)
     speeds = scalars.get(SPEED_TAG, empty)[1]
-    return {"steps": end, "reach": [steps_to_reach(steps, means, score) for score in reach],
-            "final": float(means[-1]) if len(means) else float("nan"),
-            "explained_variance": tail_mean(*scalars.get(EXPLAINED_VARIANCE_TAG, empty), end=end),
-            "steps_per_second": float(np.mean(speeds)) if len(speeds) else float("nan")}
+    return {
+        "steps": end,
+        "reach": [steps_to_reach(steps, means, score) for score in reach],
+        "final": float(means[-1]) if len(means) else float("nan"),
+        "explained_variance": tail_mean(*scalars.get(EXPLAINED_VARIANCE_TAG, empty), end=end),
+        "steps_per_second": float(np.mean(speeds)) if len(speeds) else float("nan"),
+    }
 
 
-def config_row(name: str, flags: Sequence[str], seeds: Sequence[int], runs: Sequence[dict[str, Any]],
-               reach: Sequence[float]) -> dict[str, Any]:
+def config_row(
+    name: str, flags: Sequence[str], seeds: Sequence[int], runs: Sequence[dict[str, Any]], reach: Sequence[float]
+) -> dict[str, Any]:
     """A configuration's row from its runs' ``summarize_run``: per-seed steps-to-reach and final means,
     the least env steps, explained variance and speed averaged over the seeds that logged them."""
+
     def mean(values: Iterable[float]) -> float:
         finite = [v for v in values if math.isfinite(v)]
         return float(np.mean(finite)) if finite else float("nan")
 
-    return {"config": name, "flags": shlex.join(flags), "seeds": list(seeds),
-            "env_steps": min((r["steps"] for r in runs), default=0),
-            "steps_to_reach": {format(score, "g"): [r["reach"][i] for r in runs] for i, score in enumerate(reach)},
-            "final_mean100": [r["final"] for r in runs],
-            "explained_variance": mean(r["explained_variance"] for r in runs),
-            "steps_per_second": mean(r["steps_per_second"] for r in runs)}
+    return {
+        "config": name,
+        "flags": shlex.join(flags),
+        "seeds": list(seeds),
+        "env_steps": min((r["steps"] for r in runs), default=0),
+        "steps_to_reach": {format(score, "g"): [r["reach"][i] for r in runs] for i, score in enumerate(reach)},
+        "final_mean100": [r["final"] for r in runs],
+        "explained_variance": mean(r["explained_variance"] for r in runs),
+        "steps_per_second": mean(r["steps_per_second"] for r in runs),
+    }
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], reach: Sequence[float]) -> str:
     """The rows of ``config_row`` as a markdown table, several seeds' values joined with `` / ``."""
+
     def number(value: Optional[float], digits: int) -> str:
         return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
 
-    header = ["config", "flags", "seeds", "env steps", *[f"steps to {score:g}" for score in reach],
-              "final mean-100", "explained variance (last 10%)", "steps/s"]
+    header = [
+        "config",
+        "flags",
+        "seeds",
+        "env steps",
+        *[f"steps to {score:g}" for score in reach],
+        "final mean-100",
+        "explained variance (last 10%)",
+        "steps/s",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
         flags = f"`{row['flags']}`".replace("|", "\\|") if row["flags"] else "none"
-        cells = [row["config"], flags, " ".join(map(str, row["seeds"])), f"{row['env_steps']:,}",
-                 *[" / ".join("not reached" if s is None else f"{s:,}" for s in row["steps_to_reach"][f"{score:g}"])
-                   for score in reach],
-                 " / ".join(number(v, 2) for v in row["final_mean100"]),
-                 number(row["explained_variance"], 3), number(row["steps_per_second"], 0)]
+        cells = [
+            row["config"],
+            flags,
+            " ".join(map(str, row["seeds"])),
+            f"{row['env_steps']:,}",
+            *[
+                " / ".join("not reached" if s is None else f"{s:,}" for s in row["steps_to_reach"][f"{score:g}"])
+                for score in reach
+            ],
+            " / ".join(number(v, 2) for v in row["final_mean100"]),
+            number(row["explained_variance"], 3),
+            number(row["steps_per_second"], 0),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -237,8 +290,10 @@ def check_same_run(run: Run, env_name: str) -> None:
     except (OSError, ValueError):
         return
     if (before.get("env_name"), before.get("flags")) != (env_name, run.flags):
-        raise ValueError(f"{run.root} holds a run of {before.get('env_name')} with the flags "
-                         f"'{shlex.join(before.get('flags', []))}'; give it another NAME, or another --log-dir")
+        raise ValueError(
+            f"{run.root} holds a run of {before.get('env_name')} with the flags "
+            f"'{shlex.join(before.get('flags', []))}'; give it another NAME, or another --log-dir"
+        )
 
 
 def plan(run: Run, env_name: str) -> Optional[list[str]]:
@@ -267,8 +322,12 @@ def train_runs(todo: list[tuple[Run, list[str]]], parallel: int, env_name: str) 
         if stop.signum:
             raise KeyboardInterrupt
         stop.signum = signum
-        print(f"{signal.Signals(signum).name}: stopping the runs in progress (they write a2c_last), "
-              f"starting no more; again to leave at once", file=sys.stderr, flush=True)
+        print(
+            f"{signal.Signals(signum).name}: stopping the runs in progress (they write a2c_last), "
+            f"starting no more; again to leave at once",
+            file=sys.stderr,
+            flush=True,
+        )
 
     previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -286,11 +345,17 @@ def train_runs(todo: list[tuple[Run, list[str]]], parallel: int, env_name: str) 
                 log = open(os.path.join(run.root, LOG_FILE), "a")
                 log.write(f"$ {shlex.join(command)}\n")
                 log.flush()
-                active[subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)] = \
-                    (run, log, time.monotonic())
+                active[subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)] = (
+                    run,
+                    log,
+                    time.monotonic(),
+                )
                 started += 1
-                print(f"[{started}/{len(todo)}] {'resuming' if '--resume' in command else 'starting'} {run.label}: "
-                      f"{run.updates:,} updates (log: {os.path.join(run.root, LOG_FILE)})", flush=True)
+                print(
+                    f"[{started}/{len(todo)}] {'resuming' if '--resume' in command else 'starting'} {run.label}: "
+                    f"{run.updates:,} updates (log: {os.path.join(run.root, LOG_FILE)})",
+                    flush=True,
+                )
             for proc in [p for p in active if p.poll() is not None]:
                 run, log, began = active.pop(proc)
                 log.close()
@@ -302,8 +367,12 @@ def train_runs(todo: list[tuple[Run, list[str]]], parallel: int, env_name: str) 
                     print(f"stopped {run.label} ({minutes:.1f} min; resumed when the study is run again)", flush=True)
                 else:
                     failed.append(run.label)
-                    print(f"error: {run.label} failed with exit code {proc.returncode}; see "
-                          f"{os.path.join(run.root, LOG_FILE)}", file=sys.stderr, flush=True)
+                    print(
+                        f"error: {run.label} failed with exit code {proc.returncode}; see "
+                        f"{os.path.join(run.root, LOG_FILE)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             if active:
                 time.sleep(0.5)
     finally:
@@ -312,8 +381,13 @@ def train_runs(todo: list[tuple[Run, list[str]]], parallel: int, env_name: str) 
     return failed, stop.signum
 
 
-def report(configs: list[tuple[str, list[str], list[Run]]], common: Sequence[str], reach: Sequence[float],
-           out: str, env_name: str) -> bool:
+def report(
+    configs: list[tuple[str, list[str], list[Run]]],
+    common: Sequence[str],
+    reach: Sequence[float],
+    out: str,
+    env_name: str,
+) -> bool:
     """Print the table of the runs of each configuration (name, its own flags, its runs) and write
     ``out.md``, ``out.json`` and ``out.png``; False if no run had logs to read."""
     rows, run_dirs, labels = [], [], []
@@ -331,20 +405,24 @@ def report(configs: list[tuple[str, list[str], list[Run]]], common: Sequence[str
                 run_dirs.append(run_dir)
                 labels.append(run.label)
         if summaries:
-            rows.append({**config_row(name, flags, seeds, summaries, reach), "runs": run_dirs[-len(summaries):]})
+            rows.append({**config_row(name, flags, seeds, summaries, reach), "runs": run_dirs[-len(summaries) :]})
     if not rows:
         print("error: no run with TensorBoard logs to report on", file=sys.stderr)
         return False
     table = markdown_table(rows, reach)
-    heading = (f"{env_name}: {len(run_dirs)} runs of {len(rows)} configurations; flags of all runs: "
-               + (f"`{shlex.join(common)}`" if common else "none"))
+    heading = f"{env_name}: {len(run_dirs)} runs of {len(rows)} configurations; flags of all runs: " + (
+        f"`{shlex.join(common)}`" if common else "none"
+    )
     print(f"\n{heading}\n\n{table}", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out + ".md", "w") as f:
         f.write(f"# Study: {heading}\n\n{table}")
     with open(out + ".json", "w") as f:
-        json.dump(json_ready({"env_name": env_name, "common_flags": shlex.join(common), "reach": list(reach),
-                              "rows": rows}), f, indent=1)
+        json.dump(
+            json_ready({"env_name": env_name, "common_flags": shlex.join(common), "reach": list(reach), "rows": rows}),
+            f,
+            indent=1,
+        )
     written = [out + ".md", out + ".json"]
     try:
         plot_runs(run_dirs, out + ".png", labels=labels)
@@ -357,21 +435,42 @@ def report(configs: list[tuple[str, list[str], list[Run]]], common: Sequence[str
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", type=parse_config, required=True, metavar="NAME=FLAGS",
-                   help="the configurations: a name each (it names their directories) and their main.py flags")
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        type=parse_config,
+        required=True,
+        metavar="NAME=FLAGS",
+        help="the configurations: a name each (it names their directories) and their main.py flags",
+    )
     p.add_argument("--flags", default="", help="main.py flags of every run, as one string, before a configuration's")
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game, gymnasium id (default: %(default)s)")
-    p.add_argument("--seeds", nargs="+", type=train_cli.parse_seed, default=[42], metavar="SEED",
-                   help="each configuration trains once per seed (default: 42)")
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=train_cli.parse_seed,
+        default=[42],
+        metavar="SEED",
+        help="each configuration trains once per seed (default: 42)",
+    )
     p.add_argument("--steps", type=positive, default=1_500_000, help="env-step budget of each run (default: 1,500,000)")
     p.add_argument("--parallel", type=positive, default=2, help="runs training at a time (default: %(default)s)")
-    p.add_argument("--log-dir", default=os.path.join("bench", "out", "study"),
-                   help="the study's runs, each in NAME_seedS; started again here it carries on (default: %(default)s)")
-    p.add_argument("--out", default=None, metavar="PREFIX", help="the report PREFIX.md, .json, .png (default: "
-                                                                 "LOG_DIR/study)")
-    p.add_argument("--reach", nargs="+", type=float, default=[-15.0, 18.0], metavar="SCORE",
-                   help="report the env steps until the mean of the last 100 games first reached each score "
-                        "(default: -15 18)")
+    p.add_argument(
+        "--log-dir",
+        default=os.path.join("bench", "out", "study"),
+        help="the study's runs, each in NAME_seedS; started again here it carries on (default: %(default)s)",
+    )
+    p.add_argument(
+        "--out", default=None, metavar="PREFIX", help="the report PREFIX.md, .json, .png (default: LOG_DIR/study)"
+    )
+    p.add_argument(
+        "--reach",
+        nargs="+",
+        type=float,
+        default=[-15.0, 18.0],
+        metavar="SCORE",
+        help="report the env steps until the mean of the last 100 games first reached each score (default: -15 18)",
+    )
     return p
 
 
@@ -396,8 +495,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             p.error(f"configuration {name}: {exc}")
         updates = updates_for(args.steps, common + own, args.env_name)
         flags = common + own + step_budget(args.steps, common + own, args.env_name)
-        runs += [Run(name, seed, flags, updates, os.path.join(args.log_dir, f"{name}_seed{seed}"))
-                 for seed in args.seeds]
+        runs += [
+            Run(name, seed, flags, updates, os.path.join(args.log_dir, f"{name}_seed{seed}")) for seed in args.seeds
+        ]
     try:
         for run in runs:
             check_same_run(run, args.env_name)
@@ -405,17 +505,27 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(str(exc))
 
     todo = [(run, command) for run in runs if (command := plan(run, args.env_name)) is not None]
-    print(f"{args.env_name}: {len(configs)} configurations x {len(args.seeds)} seeds, {args.steps:,} env steps "
-          f"each; {len(runs) - len(todo)} finished already, {len(todo)} to train, {args.parallel} at a time "
-          f"(in {args.log_dir})", flush=True)
+    print(
+        f"{args.env_name}: {len(configs)} configurations x {len(args.seeds)} seeds, {args.steps:,} env steps "
+        f"each; {len(runs) - len(todo)} finished already, {len(todo)} to train, {args.parallel} at a time "
+        f"(in {args.log_dir})",
+        flush=True,
+    )
     try:
         failed, signum = train_runs(todo, args.parallel, args.env_name)
     except KeyboardInterrupt:  # a second Ctrl+C: the runs already have their SIGTERM and stop on their own
-        print("error: interrupted; the runs in progress finish their update and write a2c_last on their own",
-              file=sys.stderr)
+        print(
+            "error: interrupted; the runs in progress finish their update and write a2c_last on their own",
+            file=sys.stderr,
+        )
         return 130
-    reported = report([(name, own, [r for r in runs if r.name == name]) for name, own in configs], common,
-                      args.reach, args.out or os.path.join(args.log_dir, "study"), args.env_name)
+    reported = report(
+        [(name, own, [r for r in runs if r.name == name]) for name, own in configs],
+        common,
+        args.reach,
+        args.out or os.path.join(args.log_dir, "study"),
+        args.env_name,
+    )
     if failed:
         print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1

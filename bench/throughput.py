@@ -9,6 +9,7 @@ only the training loop is timed. Only ratios measured in one run compare.
     python -m bench.throughput --ours feedforward --preset fast-cpu --env-only --steps 8000
     python -m bench.throughput --env-name LunarLander-v3 --steps 50000 --repeats 3 --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,37 +45,73 @@ PRESET, BF16 = "ours --preset ", " bf16"  # trainer "ours --preset NAME"; the su
 OURS = {RECURRENT: ("recurrent", []), FEEDFORWARD: ("feedforward", ["--arch", "nature", "--no-recurrent"])}
 # The speed switches of the recurrent default, each as the flags that take it away (--ablation). With
 # all of them gone the encoder takes whole batches again, so its passes are taken away too.
-ABLATION = {"dummy envs": ["--vec-env", "dummy"], "no channels-last": ["--no-channels-last"],
-            "default malloc": ["--no-keep-freed-memory"], "rollout run again": ["--no-keep-graph"]}
+ABLATION = {
+    "dummy envs": ["--vec-env", "dummy"],
+    "no channels-last": ["--no-channels-last"],
+    "default malloc": ["--no-keep-freed-memory"],
+    "rollout run again": ["--no-keep-graph"],
+}
 ABLATION["none of them"] = [flag for flags in ABLATION.values() for flag in flags] + ["--encoder-chunk", "0"]
 ATARI_STEPS, VECTOR_STEPS, WARMUP_STEPS = 4000, 50_000, 160
 
 
-def cli_config(flags: Sequence[str], env_name: str, num_envs: int, steps: int = 0, seed: int = 0,
-               device: str = "cpu", log_dir: str = "runs") -> Config:
+def cli_config(
+    flags: Sequence[str],
+    env_name: str,
+    num_envs: int,
+    steps: int = 0,
+    seed: int = 0,
+    device: str = "cpu",
+    log_dir: str = "runs",
+) -> Config:
     """What ``python main.py --env-name ENV --num-envs N FLAGS`` trains (a flag given twice: the last
     wins), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
     config, _, typed = train_cli.parse_args(
-        ["--env-name", env_name, "--num-envs", str(num_envs), *flags, "--seed", str(seed), "--no-tensorboard",
-         "--no-progress", "--log-dir", log_dir, "--cuda" if device == "cuda" else "--no-cuda"])
+        [
+            "--env-name",
+            env_name,
+            "--num-envs",
+            str(num_envs),
+            *flags,
+            "--seed",
+            str(seed),
+            "--no-tensorboard",
+            "--no-progress",
+            "--log-dir",
+            log_dir,
+            "--cuda" if device == "cuda" else "--no-cuda",
+        ]
+    )
     config = recipes.with_env_defaults(config, typed)
     return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
 
 
-def train_ours(steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0,
-               device: str = "cpu") -> tuple[int, float]:
+def train_ours(
+    steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0, device: str = "cpu"
+) -> tuple[int, float]:
     """Train what ``cli_config`` reads from ``flags``, built as ``main.py`` builds it; only ``train()`` is timed."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
         config = cli_config(flags, env_name, num_envs, steps, seed, device, log_dir)
         if config.speed.keep_freed_memory:
             keep_freed_memory()
         seed_everything(config.seed)
-        envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                            config.max_episode_frames, frame_size=config.frame_size)
+        envs = make_vec_env(
+            config.env_name,
+            config.num_envs,
+            config.n_stack,
+            config.seed,
+            config.vec_env,
+            config.max_episode_frames,
+            frame_size=config.frame_size,
+        )
         try:
             size, continuous = action_size(envs.action_space)
-            runner = Runner(make_agent(config, envs.observation_space.shape, size, device, continuous=continuous),
-                            envs, config, log_dir)
+            runner = Runner(
+                make_agent(config, envs.observation_space.shape, size, device, continuous=continuous),
+                envs,
+                config,
+                log_dir,
+            )
             tic = time.perf_counter()
             return runner.train().step, time.perf_counter() - tic
         finally:
@@ -86,25 +123,36 @@ def zoo_settings(env_name: str) -> dict[str, Any]:
     if is_atari(env_name):
         from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
-        return dict(policy="CnnPolicy", learning_rate=7e-4, n_steps=5, ent_coef=0.01, vf_coef=0.25,
-                    policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)))
+        return dict(
+            policy="CnnPolicy",
+            learning_rate=7e-4,
+            n_steps=5,
+            ent_coef=0.01,
+            vf_coef=0.25,
+            policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
+        )
     from stable_baselines3.common.utils import LinearSchedule
 
-    return dict(policy="MlpPolicy", n_steps=5, gamma=0.995, learning_rate=LinearSchedule(8.3e-4, 0.0, 1.0),
-                ent_coef=1e-5)
+    return dict(
+        policy="MlpPolicy", n_steps=5, gamma=0.995, learning_rate=LinearSchedule(8.3e-4, 0.0, 1.0), ent_coef=1e-5
+    )
 
 
 def train_sb3(steps: int, env_name: str, num_envs: int, seed: int = 0, device: str = "cpu") -> tuple[int, float]:
     """SB3's A2C with ``zoo_settings`` on SB3's own env pipeline (a ``DummyVecEnv``, a 4-frame stack for a
     game); only ``model.learn`` is timed, and SB3 writes no log folder."""
     from stable_baselines3 import A2C
-    from stable_baselines3.common.env_util import make_atari_env, make_vec_env as make_sb3_env
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.env_util import make_vec_env as make_sb3_env
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecFrameStack
 
     seed_everything(seed)
-    envs = (VecFrameStack(make_atari_env(env_name, num_envs, seed, env_kwargs=wrapper_skips_frames(env_name)), 4)
-            if is_atari(env_name) else make_sb3_env(env_name, num_envs, seed))
+    envs = (
+        VecFrameStack(make_atari_env(env_name, num_envs, seed, env_kwargs=wrapper_skips_frames(env_name)), 4)
+        if is_atari(env_name)
+        else make_sb3_env(env_name, num_envs, seed)
+    )
     try:
         model = A2C(env=envs, seed=seed, device=device, verbose=0, **zoo_settings(env_name))
         model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own makes a folder in /tmp every run
@@ -117,8 +165,9 @@ def train_sb3(steps: int, env_name: str, num_envs: int, seed: int = 0, device: s
         envs.close()
 
 
-def step_randomly(steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0,
-                  device: str = "cpu") -> tuple[int, float]:
+def step_randomly(
+    steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0, device: str = "cpu"
+) -> tuple[int, float]:
     """The envs of ``cli_config(flags)`` stepped with uniformly random actions drawn beforehand, for
     ``steps`` env steps rounded up to whole vector steps: the rate the envs alone allow."""
     config = cli_config(flags, env_name, num_envs)
@@ -170,24 +219,28 @@ class Trials:
 Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any]]  # a train function and its arguments
 
 
-def run_trial(train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any],
-              threads: int) -> tuple[int, float]:
+def run_trial(
+    train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any], threads: int
+) -> tuple[int, float]:
     """One timed run, in the fresh process it is sent to."""
     if threads:
         torch.set_num_threads(threads)
     return train(steps, **kwargs)
 
 
-def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int,
-                    threads: int = 0) -> dict[str, Trials]:
+def run_alternating(
+    trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int, threads: int = 0
+) -> dict[str, Trials]:
     """Every trainer in turn for ``repeats`` rounds after an untimed one of ``warmup_steps``, each run spawned anew."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     width = max(map(len, trainers))
     results = {name: Trials(name) for name in trainers}
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                             max_tasks_per_child=1) as pool:
+    with ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1
+    ) as pool:
+
         def run(name: str, n: int) -> tuple[int, float]:
             train, kwargs = trainers[name]
             return pool.submit(run_trial, train, n, kwargs, threads).result()
@@ -199,8 +252,11 @@ def run_alternating(trainers: dict[str, Trainer], steps: int, repeats: int, warm
                 trained, seconds = run(name, steps)
                 trials.steps.append(trained)
                 trials.seconds.append(seconds)
-                print(f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
-                      f"{trained / seconds:7.1f} steps/s", flush=True)
+                print(
+                    f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
+                    f"{trained / seconds:7.1f} steps/s",
+                    flush=True,
+                )
     return results
 
 
@@ -229,29 +285,50 @@ def comparisons(results: dict[str, Trials], ablated: Sequence[str]) -> dict[tupl
 
 
 def summary_lines(results: dict[str, Trials], ablated: Sequence[str]) -> list[str]:
-    return [f"{a}: {value:.0%} of the rate of {b} ({results[b].median_rate:,.0f} env steps/s)"
-            if b.startswith(ENV_ONLY) else f"{a} / {b}: {value:.2f}x"
-            for (a, b), value in comparisons(results, ablated).items()]
+    return [
+        f"{a}: {value:.0%} of the rate of {b} ({results[b].median_rate:,.0f} env steps/s)"
+        if b.startswith(ENV_ONLY)
+        else f"{a} / {b}: {value:.2f}x"
+        for (a, b), value in comparisons(results, ablated).items()
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=positive, default=None, help=f"env steps of each timed run, rounded down to "
-                   f"whole updates (default: {ATARI_STEPS} for a game, {VECTOR_STEPS} for a vector env)")
+    p.add_argument(
+        "--steps",
+        type=positive,
+        default=None,
+        help=f"env steps of each timed run, rounded down to "
+        f"whole updates (default: {ATARI_STEPS} for a game, {VECTOR_STEPS} for a vector env)",
+    )
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="an Atari game or a vector-observation env")
     p.add_argument("--num-envs", type=positive, default=16, help="envs stepped in parallel (default: 16)")
     p.add_argument("--repeats", type=positive, default=3, help="rounds of alternating runs (default: 3)")
-    p.add_argument("--ours", choices=["both", "recurrent", "feedforward", "none"], default="both",
-                   help="which configurations of ours to time (a game; none: only --preset's)")
+    p.add_argument(
+        "--ours",
+        choices=["both", "recurrent", "feedforward", "none"],
+        default="both",
+        help="which configurations of ours to time (a game; none: only --preset's)",
+    )
     p.add_argument("--no-sb3", action="store_true", help="time ours only")
     p.add_argument("--env-only", action="store_true", help="also step ours' envs alone with random actions")
-    p.add_argument("--preset", action="append", default=[], metavar="'NAME [FLAGS]'",
-                   help="also what python main.py --preset NAME [FLAGS] trains (a game)")
+    p.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="'NAME [FLAGS]'",
+        help="also what python main.py --preset NAME [FLAGS] trains (a game)",
+    )
     p.add_argument("--bf16", action="store_true", help="also each of ours with its encoder in bfloat16 (a game)")
-    p.add_argument("--ablation", action="store_true",
-                   help="also the recurrent default without each speed switch, then without all (a game)")
-    p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, default=None,
-                   help="env path of ours (default: main.py's)")
+    p.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also the recurrent default without each speed switch, then without all (a game)",
+    )
+    p.add_argument(
+        "--ours-vec-env", choices=VEC_ENV_CHOICES, default=None, help="env path of ours (default: main.py's)"
+    )
     p.add_argument("--cuda", action="store_true", help="train every trainer on the GPU (envs on the CPU)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     return p
@@ -267,8 +344,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: CUDA is not available on this machine")
     atari = is_atari(args.env_name)
-    typed = [f"--{name}" for name in ("ablation", "bf16", "preset", "ours")
-             if getattr(args, name) not in (False, [], "both")]
+    typed = [
+        f"--{name}" for name in ("ablation", "bf16", "preset", "ours") if getattr(args, name) not in (False, [], "both")
+    ]
     if typed and not atari:
         p.error(f"{', '.join(typed)}: for Atari games; {args.env_name} trains with its own defaults")
     if args.threads:
@@ -285,8 +363,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         presets[PRESET + preset] = ["--preset", *shlex.split(preset)]
         if args.bf16:
             presets[PRESET + preset + BF16] = [*presets[PRESET + preset], "--bf16"]
-    trainers: dict[str, Trainer] = {name: (train_ours, {**common, "flags": [*path, *f]})
-                                    for name, f in {**flags, **presets}.items()}
+    trainers: dict[str, Trainer] = {
+        name: (train_ours, {**common, "flags": [*path, *f]}) for name, f in {**flags, **presets}.items()
+    }
     if not args.no_sb3:
         trainers[SB3] = train_sb3, common
     ablated = ablations(args.env_name, args.num_envs, path) if args.ablation and RECURRENT in flags else {}
@@ -299,9 +378,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     per_update = cli_config(path, args.env_name, args.num_envs).steps_per_update
     steps = max(per_update, (args.steps or (ATARI_STEPS if atari else VECTOR_STEPS)) // per_update * per_update)
     warmup = WARMUP_STEPS and max(per_update, WARMUP_STEPS // per_update * per_update)
-    print(f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; torch "
-          f"{torch.__version__} with {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
-          + (f", {torch.cuda.get_device_name()}" if args.cuda else ""), flush=True)
+    print(
+        f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; torch "
+        f"{torch.__version__} with {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
+        + (f", {torch.cuda.get_device_name()}" if args.cuda else ""),
+        flush=True,
+    )
     results = run_alternating(trainers, steps, args.repeats, warmup, args.threads)
     print_table(results)
     print("\n".join(summary_lines(results, list(ablated))))

@@ -5,12 +5,12 @@ and the next state. The state lives with the caller; the core is the only place 
 before each step the state of every env whose observation starts a new episode is multiplied by
 zero, so an episode never sees another episode's memory, and no other env is touched.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 
 State = tuple[torch.Tensor, ...]  # (h, c) for the LSTM, () for the feed-forward variant
 
@@ -73,7 +73,7 @@ class LSTMCore(nn.Module):
 
     def lstm_output(self, out: torch.Tensor) -> torch.Tensor:
         """The LSTM's own output ``h`` within the heads' input ``out``."""
-        return out[:, -self.hidden_size:] if self.skip else out
+        return out[:, -self.hidden_size :] if self.skip else out
 
 
 class NoCore(nn.Module):

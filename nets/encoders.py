@@ -1,5 +1,6 @@
 """Encoders: what turns an observation into a vector of features. Conv encoders for stacked Atari
 frames (``uint8 [C, H, W]``), an MLP for flat vector observations (``[D]``)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,8 +20,9 @@ class ConvEncoder(nn.Module):
 
     grid = 3
 
-    def __init__(self, in_channels: int, channels_last: bool = False, cpu_chunk: int = 0,
-                 num_filters: int = 32) -> None:
+    def __init__(
+        self, in_channels: int, channels_last: bool = False, cpu_chunk: int = 0, num_filters: int = 32
+    ) -> None:
         super().__init__()
         self.channels_last = channels_last
         self.num_filters = num_filters
@@ -60,9 +62,14 @@ class NatureEncoder(nn.Module):
         super().__init__()
         self.channels_last = channels_last
         self.convs = nn.Sequential(
-            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+            nn.Conv2d(obs_shape[0], 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]  # 3136 for 84x84
         self.out_features = 512
@@ -102,8 +109,14 @@ class MLPEncoder(nn.Module):
 CONV_ENCODERS = ("universe", "nature")  # the names --arch takes
 
 
-def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_last: bool = False,
-                  cpu_chunk: int = 0, mlp_width: int = 64, conv_filters: int = 32) -> nn.Module:
+def build_encoder(
+    obs_shape: Sequence[int],
+    arch: str = "universe",
+    channels_last: bool = False,
+    cpu_chunk: int = 0,
+    mlp_width: int = 64,
+    conv_filters: int = 32,
+) -> nn.Module:
     """The encoder for an observation space: images ``[C, H, W]`` get a conv encoder, flat vectors
     ``[D]`` the :class:`MLPEncoder` of ``mlp_width`` units a layer (``arch`` names the conv encoder
     and only applies to images).
@@ -116,8 +129,9 @@ def build_encoder(obs_shape: Sequence[int], arch: str = "universe", channels_las
     if len(obs_shape) == 1:
         return MLPEncoder(int(obs_shape[0]), mlp_width)
     if len(obs_shape) != 3:
-        raise ValueError(f"observations of shape {tuple(obs_shape)} are not supported "
-                         "(images [C, H, W] and flat vectors [D] are)")
+        raise ValueError(
+            f"observations of shape {tuple(obs_shape)} are not supported (images [C, H, W] and flat vectors [D] are)"
+        )
     if arch == "universe":
         return ConvEncoder(obs_shape[0], channels_last, cpu_chunk, conv_filters)
     return NatureEncoder(obs_shape, channels_last)

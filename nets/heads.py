@@ -1,6 +1,7 @@
 """Heads: what the core's output ``[..., F]`` becomes. A policy head gives what its action
 distribution is made of (logits, or a Gaussian's mean) and the distribution itself; the value head
 gives the critic's estimate of the return. gSDE's policy head is in ``sde.py``."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -52,8 +53,9 @@ class GaussianPolicy(nn.Module):
         return self.linear(core)
 
     def distribution(self, mean: torch.Tensor) -> Distribution:
-        return Independent(Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1,
-                           validate_args=False)
+        return Independent(
+            Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False), 1, validate_args=False
+        )
 
     def mode(self, mean: torch.Tensor) -> torch.Tensor:
         """The most probable action: the mean."""

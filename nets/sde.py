@@ -7,6 +7,7 @@ The spread of action ``j`` in a state with (detached) actor features ``f`` is
 the same weights through the rollout, so the noise changes with the state, smoothly, not at
 random every step. Evaluation and GRPO draw from the distribution every step instead.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,16 +34,17 @@ class StateDependentPolicy(nn.Module):
 
     def mode(self, out: torch.Tensor) -> torch.Tensor:
         """The most probable action: the mean."""
-        return out[..., :self.linear.out_features]
+        return out[..., : self.linear.out_features]
 
     def features(self, out: torch.Tensor) -> torch.Tensor:
         """The (detached) features ``[..., F]`` that ``forward`` appended to the mean."""
-        return out[..., self.linear.out_features:]
+        return out[..., self.linear.out_features :]
 
     def distribution(self, out: torch.Tensor) -> Distribution:
         variance = self.features(out).pow(2) @ self.log_std.exp().pow(2)
-        return Independent(Normal(self.mode(out), (variance + SDE_EPSILON).sqrt(), validate_args=False), 1,
-                           validate_args=False)
+        return Independent(
+            Normal(self.mode(out), (variance + SDE_EPSILON).sqrt(), validate_args=False), 1, validate_args=False
+        )
 
     def sample_with(self, out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """An action from standard normal ``noise`` of the action's shape: mean + spread * noise."""

@@ -1,4 +1,5 @@
 """Shared pytest setup (pytest.ini's ``pythonpath = .`` makes the project and ``bench`` importable)."""
+
 import os
 
 import pytest
@@ -95,8 +96,9 @@ def make_runner():
 
     def build(config, run_dir, **runner_kwargs) -> Runner:
         seeds.seed_everything(config.seed)
-        envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                            config.max_episode_frames)
+        envs = make_vec_env(
+            config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env, config.max_episode_frames
+        )
         made.append(envs)
         num_actions, continuous = action_size(envs.action_space)
         agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)

@@ -18,6 +18,7 @@ whatever its policy); only a recurrent agent that carries the cue in its state f
 ``length - 1`` steps can. Frames are 42x42, the size at which the project's conv encoder
 reaches its 3x3 grid without pooling.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -58,7 +59,7 @@ class MemoryEnv(gym.Env):
         frame = np.zeros((1, SIZE, SIZE), dtype=np.uint8)
         half = SIZE // 2
         cols = slice(3, half - 3) if cue == LEFT else slice(half + 3, SIZE - 3)
-        frame[0, 6:SIZE - 6, cols] = BRIGHT
+        frame[0, 6 : SIZE - 6, cols] = BRIGHT
         return frame
 
     @staticmethod
@@ -69,7 +70,7 @@ class MemoryEnv(gym.Env):
     def query_frame() -> np.ndarray:
         """A full-width horizontal bar through the middle: unlike either cue, and left/right symmetric."""
         frame = np.zeros((1, SIZE, SIZE), dtype=np.uint8)
-        frame[0, SIZE // 2 - 4:SIZE // 2 + 4, :] = BRIGHT
+        frame[0, SIZE // 2 - 4 : SIZE // 2 + 4, :] = BRIGHT
         return frame
 
     def _observation(self) -> np.ndarray:

@@ -1,4 +1,5 @@
 """A stand-in for TensorBoard's SummaryWriter that keeps what it is given, for tests of what a run logs."""
+
 from __future__ import annotations
 
 

@@ -1,6 +1,7 @@
 """Automatic domain randomization (adr.py, ``--randomize-domain adr``): the rule that moves the
 ranges, worked by hand; the draws; the wrapper on a real env; the ranges in checkpoints, logs and
 a resumed run; ``--physics`` (a specialist of one grid cell); and the one-line refusals."""
+
 from __future__ import annotations
 
 import glob
@@ -70,13 +71,13 @@ def test_draws_stay_in_the_ranges_and_a_boundary_share_plays_one_edge():
     at_edge = [edge for _, edge in draws if edge is not None]
     assert abs(len(at_edge) / len(draws) - 0.5) < 0.03
     assert set(at_edge) == set(adr.edges)
-    for physics, edge in draws:
-        assert physics["enable_wind"] is True  # switches stay at the default value (wind on, from calm air)
+    for drawn, edge in draws:
+        assert drawn["enable_wind"] is True  # switches stay at the default value (wind on, from calm air)
         for name, (low, high) in adr.ranges.items():
-            assert low <= physics[name] <= high
+            assert low <= drawn[name] <= high
         if edge is not None:
-            assert physics[edge[0]] == adr.ranges[edge[0]][edge[1]]
-    gravities = np.array([physics["gravity"] for physics, edge in draws if edge is None])
+            assert drawn[edge[0]] == adr.ranges[edge[0]][edge[1]]
+    gravities = np.array([drawn["gravity"] for drawn, edge in draws if edge is None])
     assert gravities.min() < -10.8 and gravities.max() > -8.2  # the whole range is drawn
 
 
@@ -95,7 +96,9 @@ def test_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
 
 def test_the_wrapper_applies_the_draw_and_reports_returns_at_an_edge():
-    adr = ADR("CartPole-v1", low=-2000.0, high=-1000.0, episodes=1, boundary_prob=1.0, seed=0)  # every edge episode widens
+    adr = ADR(
+        "CartPole-v1", low=-2000.0, high=-1000.0, episodes=1, boundary_prob=1.0, seed=0
+    )  # every edge episode widens
     env = ADRPhysics(gym.make("CartPole-v1"), "CartPole-v1", adr)
     obs, info = env.reset(seed=0)
     edge = env.edge
@@ -115,15 +118,48 @@ def test_the_wrapper_applies_the_draw_and_reports_returns_at_an_edge():
 
 
 def run(tmp_path, *flags: str) -> str:
-    assert main.main(["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "128",
-                      "--minibatches", "4", "--epochs", "1", "--threads", "1", "--no-cuda", "--no-progress",
-                      "--log-dir", str(tmp_path), *flags]) == 0
+    assert (
+        main.main(
+            [
+                "--env-name",
+                "CartPole-v1",
+                "--algo",
+                "ppo",
+                "--num-envs",
+                "4",
+                "--rollout-size",
+                "128",
+                "--minibatches",
+                "4",
+                "--epochs",
+                "1",
+                "--threads",
+                "1",
+                "--no-cuda",
+                "--no-progress",
+                "--log-dir",
+                str(tmp_path),
+                *flags,
+            ]
+        )
+        == 0
+    )
     return sorted(glob.glob(f"{tmp_path}/CartPole-v1_*"))[-1]
 
 
 def test_an_adr_run_logs_saves_and_resumes_its_ranges(tmp_path):
-    widen = ["--randomize-domain", "adr", "--adr-low", "-2000", "--adr-high", "-1000", "--adr-episodes", "1",
-             "--log-interval", "1"]
+    widen = [
+        "--randomize-domain",
+        "adr",
+        "--adr-low",
+        "-2000",
+        "--adr-high",
+        "-1000",
+        "--adr-episodes",
+        "1",
+        "--log-interval",
+        "1",
+    ]
     run_dir = run(tmp_path, "--num-updates", "4", *widen)
     saved = torch.load(f"{run_dir}/a2c_last", weights_only=True)
     ranges = saved["adr"]["ranges"]
@@ -131,8 +167,12 @@ def test_an_adr_run_logs_saves_and_resumes_its_ranges(tmp_path):
     assert json.load(open(f"{run_dir}/config.json"))["adr"]["high"] == -1000
     scalars = EventAccumulator(run_dir).Reload().Tags()["scalars"]
     assert {"adr/gravity_low", "adr/gravity_high", "adr/length_high"} <= set(scalars)
-    assert main.main(["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--threads", "1", "--no-cuda",
-                      "--no-progress"]) == 0
+    assert (
+        main.main(
+            ["--resume", f"{run_dir}/a2c_last", "--num-updates", "6", "--threads", "1", "--no-cuda", "--no-progress"]
+        )
+        == 0
+    )
     resumed = torch.load(f"{run_dir}/a2c_last", weights_only=True)["adr"]["ranges"]
     for name, (low, high) in ranges.items():  # carried on, not started again from the default physics
         assert resumed[name][0] <= low and resumed[name][1] >= high
@@ -145,8 +185,11 @@ def test_a_specialist_trains_on_its_cell(tmp_path):
     assert json.load(open(f"{run_dir}/config.json"))["physics"] == "gravity=12.5,length=0.75"
     histogram = EventAccumulator(run_dir, size_guidance={"histograms": 0}).Reload().Histograms("physics/length")
     assert histogram[0].histogram_value.min == histogram[0].histogram_value.max == 0.75
-    assert randomize.parse_physics("CartPole-v1", "gravity=12.5,length=0.75") == \
-        {"gravity": 12.5, "masspole": 0.1, "length": 0.75}
+    assert randomize.parse_physics("CartPole-v1", "gravity=12.5,length=0.75") == {
+        "gravity": 12.5,
+        "masspole": 0.1,
+        "length": 0.75,
+    }
 
 
 def test_an_older_config_reads_its_switch_as_uniform_draws():
@@ -155,34 +198,42 @@ def test_an_older_config_reads_its_switch_as_uniform_draws():
 
 
 def test_the_training_ranges_of_each_kind_of_run():
-    assert randomize.training_ranges("LunarLander-v3") == \
-        {"gravity": (-10.0, -10.0), "wind_power": (0.0, 0.0), "turbulence_power": (0.0, 0.0)}
+    assert randomize.training_ranges("LunarLander-v3") == {
+        "gravity": (-10.0, -10.0),
+        "wind_power": (0.0, 0.0),
+        "turbulence_power": (0.0, 0.0),
+    }
     assert randomize.training_ranges("CartPole-v1", "uniform")["length"] == (0.25, 1.0)
-    assert randomize.training_ranges("LunarLander-v3", "adr", adr_ranges={
-        "gravity": [-11, -8], "wind_power": [0, 4], "turbulence_power": [0, 0]})["wind_power"] == (0.0, 4.0)
+    assert randomize.training_ranges(
+        "LunarLander-v3", "adr", adr_ranges={"gravity": [-11, -8], "wind_power": [0, 4], "turbulence_power": [0, 0]}
+    )["wind_power"] == (0.0, 4.0)
     cell = randomize.training_ranges("LunarLander-v3", physics="gravity=-3,wind_power=15")
     assert cell["gravity"] == (-3.0, -3.0) and cell["wind_power"] == (15.0, 15.0)
     assert randomize.inside({"gravity": -9.0, "wind_power": 4.0}, {"gravity": (-11, -8), "wind_power": (0, 4)})
     assert not randomize.inside({"gravity": -7.0, "wind_power": 0.0}, {"gravity": (-11, -8), "wind_power": (0, 4)})
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--randomize-domain", "adr", "--adr-low", "300", "--adr-high", "200"], "is above --adr-high"),
-    (["--adr-step", "0.1"], "are for --randomize-domain adr"),
-    (["--randomize-domain", "adr", "--adr-step", "0"], "must be above 0"),
-    (["--randomize-domain", "adr", "--randomize-every", "never"], "--randomize-every is for"),
-    (["--randomize-domain", "adr", "--vec-env", "async"], "--vec-env sync"),
-    (["--randomize-domain", "adr", "--algo", "grpo"], "is for --algo a2c and ppo"),
-    (["--physics", "gravity=-3", "--randomize-domain"], "give one"),
-    (["--physics", "gravity"], "NAME=NUMBER"),
-    (["--physics", "gravity=nan"], "NAME=NUMBER"),
-    (["--physics", "mass=3"], "has no randomized physics mass"),
-    (["--physics", "gravity=20"], "outside"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--randomize-domain", "adr", "--adr-low", "300", "--adr-high", "200"], "is above --adr-high"),
+        (["--adr-step", "0.1"], "are for --randomize-domain adr"),
+        (["--randomize-domain", "adr", "--adr-step", "0"], "must be above 0"),
+        (["--randomize-domain", "adr", "--randomize-every", "never"], "--randomize-every is for"),
+        (["--randomize-domain", "adr", "--vec-env", "async"], "--vec-env sync"),
+        (["--randomize-domain", "adr", "--algo", "grpo"], "is for --algo a2c and ppo"),
+        (["--physics", "gravity=-3", "--randomize-domain"], "give one"),
+        (["--physics", "gravity"], "NAME=NUMBER"),
+        (["--physics", "gravity=nan"], "NAME=NUMBER"),
+        (["--physics", "mass=3"], "has no randomized physics mass"),
+        (["--physics", "gravity=20"], "outside"),
+    ],
+)
 def test_bad_adr_and_physics_input_is_one_line(tmp_path, capsys, flags, message):
     env = "CartPole-v1" if "--physics" in flags and "gravity=-3" not in flags else "LunarLander-v3"
-    code = main.main(["--env-name", env, "--num-updates", "1", "--log-dir", str(tmp_path), "--no-progress", "--no-cuda",
-                      *flags])
+    code = main.main(
+        ["--env-name", env, "--num-updates", "1", "--log-dir", str(tmp_path), "--no-progress", "--no-cuda", *flags]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
     assert not os.listdir(tmp_path)  # refused before a run directory was made
@@ -199,8 +250,19 @@ def test_adr_needs_an_env_with_a_family(tmp_path, capsys):
 def test_a_recurrent_ppo_agent_trains_on_adr_physics(tmp_path):
     """The recurrent core on vector envs with ADR: PPO's minibatches of whole envs, the layer-normalized
     LSTM over the MLP, and the ranges saved beside it."""
-    run_dir = run(tmp_path, "--num-updates", "2", "--randomize-domain", "adr", "--recurrent", "--lstm-norm",
-                  "--hidden-size", "8", "--minibatches", "2")
+    run_dir = run(
+        tmp_path,
+        "--num-updates",
+        "2",
+        "--randomize-domain",
+        "adr",
+        "--recurrent",
+        "--lstm-norm",
+        "--hidden-size",
+        "8",
+        "--minibatches",
+        "2",
+    )
     saved = torch.load(f"{run_dir}/a2c_last", weights_only=True)
     assert saved["model_spec"]["recurrent"] and saved["model_spec"]["lstm_norm"]
     assert set(saved["adr"]["ranges"]) == {"gravity", "masspole", "length"}

@@ -1,6 +1,7 @@
 """The trained agents shipped in agents/: each loads with a plain ``torch.load(..., weights_only=True)``,
 plays through ``main.py --eval``, and scores on its recorded check games exactly what its record
 says (bench/ship_agent.py wrote both)."""
+
 import glob
 import json
 import os
@@ -27,12 +28,27 @@ def test_a_shipped_agent_loads_anywhere_and_plays_its_recorded_scores(path, tmp_
     assert not {"optimizer", "rng", "intrinsic", "episode_returns"} & set(data)  # weights only
     assert {str(w.dtype) for w in data["model"].values() if w.is_floating_point()} == {f"torch.{record['dtype']}"}
     assert len(record["scores"]) == record["episodes"] and record["mean"] == pytest.approx(
-        sum(record["scores"]) / record["episodes"])
+        sum(record["scores"]) / record["episodes"]
+    )
     check = record["check"]
     out = tmp_path / "scores.json"
-    argv = ["--eval", "--load", path, "--episodes", str(check["episodes"]), "--seed", str(record["seed"]),
-            "--protocol", record["protocol"], "--json", str(out), "--no-cuda", "--threads", "1",
-            *(["--deterministic"] if record["deterministic"] else [])]
+    argv = [
+        "--eval",
+        "--load",
+        path,
+        "--episodes",
+        str(check["episodes"]),
+        "--seed",
+        str(record["seed"]),
+        "--protocol",
+        record["protocol"],
+        "--json",
+        str(out),
+        "--no-cuda",
+        "--threads",
+        "1",
+        *(["--deterministic"] if record["deterministic"] else []),
+    ]
     assert cli.main(argv) == 0
     assert json.loads(out.read_text())["scores"] == check["scores"]
 
@@ -40,8 +56,25 @@ def test_a_shipped_agent_loads_anywhere_and_plays_its_recorded_scores(path, tmp_
 def test_an_agent_file_keeps_the_weights_and_plays_as_the_checkpoint(tmp_path):
     from bench import ship_agent
 
-    assert cli.main(["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "3", "--no-progress",
-                     "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path)]) == 0
+    assert (
+        cli.main(
+            [
+                "--env-name",
+                "CartPole-v1",
+                "--num-envs",
+                "2",
+                "--num-updates",
+                "3",
+                "--no-progress",
+                "--no-cuda",
+                "--threads",
+                "1",
+                "--log-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     (last,) = glob.glob(str(tmp_path / "CartPole-v1_*" / "a2c_last"))
     full = load_checkpoint(last)
     small = agent_file(full, torch.float16, {"note": 1})

@@ -5,6 +5,7 @@ one file and one line.
 Shown here by registering a small algorithm from this file, with a setting of its own, and training
 it through the command line.
 """
+
 import glob
 import inspect
 import os
@@ -17,22 +18,38 @@ import algorithms
 import config as settings
 import main as cli
 import recipes
-from envs import is_atari
-from training import check_settings
 from agent import A2CAgent, Agent, rollout_settings
 from algorithms import Algorithm, check_algorithm_settings
 from config import Config, flag_of, positive_float, setting
+from envs import is_atari
+from training import check_settings
 from utils import UsageError
 
-SMALL = ["--env-name", "CartPole-v1", "--num-envs", "2", "--rollout-size", "5", "--no-progress", "--no-cuda",
-         "--threads", "1"]
+SMALL = [
+    "--env-name",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--rollout-size",
+    "5",
+    "--no-progress",
+    "--no-cuda",
+    "--threads",
+    "1",
+]
 
 
 @dataclass
 class Weighting:
     """ReturnWeighted's own settings."""
-    power: float = setting(1.0, "Each return is raised to this power (keeping its sign) before it weighs the "
-                                "log-probabilities.", flag="--return-power", parse=positive_float, metavar="P")
+
+    power: float = setting(
+        1.0,
+        "Each return is raised to this power (keeping its sign) before it weighs the log-probabilities.",
+        flag="--return-power",
+        parse=positive_float,
+        metavar="P",
+    )
 
 
 class ReturnWeighted(A2CAgent):
@@ -51,12 +68,15 @@ class ReturnWeighted(A2CAgent):
 
     def update(self, batch, index=0, on_loss=None):
         ReturnWeighted.updates.append((index, self.power))
-        dist = self.model.distribution(self.model.forward_sequence(batch.obs, batch.initial_state,
-                                                                   batch.episode_starts)[0])
+        dist = self.model.distribution(
+            self.model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)[0]
+        )
         weights = batch.returns.sign() * batch.returns.abs().pow(self.power)
         policy = -(dist.log_prob(batch.actions) * weights.detach()).mean()
-        return self.step({"total": policy, "policy": policy},
-                         before_step=None if on_loss is None else (lambda stats: on_loss(stats["total"])))
+        return self.step(
+            {"total": policy, "policy": policy},
+            before_step=None if on_loss is None else (lambda stats: on_loss(stats["total"])),
+        )
 
 
 def refuse_atari(config: Config) -> None:
@@ -67,16 +87,20 @@ def refuse_atari(config: Config) -> None:
 @pytest.fixture
 def registered():
     ReturnWeighted.updates = []
-    algorithms.register("returns", Algorithm(ReturnWeighted, blocks={"weighting": Weighting}, check=refuse_atari,
-                                             fixed=("weighting.power",)))
+    algorithms.register(
+        "returns",
+        Algorithm(ReturnWeighted, blocks={"weighting": Weighting}, check=refuse_atari, fixed=("weighting.power",)),
+    )
     yield
     del algorithms.ALGORITHMS["returns"], settings.ALGORITHM_BLOCKS["weighting"]
 
 
 def test_an_algorithm_registered_from_a_test_trains_through_the_command_line(registered, tmp_path):
     assert "--return-power P" in cli.build_parser().format_help()  # its flag, made from its setting
-    assert cli.main([*SMALL, "--algo", "returns", "--return-power", "2", "--num-updates", "4",
-                     "--log-dir", str(tmp_path)]) == 0
+    assert (
+        cli.main([*SMALL, "--algo", "returns", "--return-power", "2", "--num-updates", "4", "--log-dir", str(tmp_path)])
+        == 0
+    )
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = torch.load(os.path.join(run_dir, "a2c_last"), weights_only=True)
     # The typed setting reached the agent and the saved config: the block was not ignored.
@@ -93,12 +117,16 @@ def test_an_algorithm_registered_from_a_test_trains_through_the_command_line(reg
 
 
 def test_an_algorithm_s_check_and_settings_refuse_in_one_line(registered, one_line_error, tmp_path):
-    assert one_line_error([*SMALL, "--env-name", "PongNoFrameskip-v4", "--algo", "returns", "--log-dir",
-                           str(tmp_path)]) == "error: --algo returns works on vector-observation envs"
+    assert (
+        one_line_error([*SMALL, "--env-name", "PongNoFrameskip-v4", "--algo", "returns", "--log-dir", str(tmp_path)])
+        == "error: --algo returns works on vector-observation envs"
+    )
     # Its own settings are accepted for it and refused for another; so are another's; so is an unknown name.
     check_algorithm_settings(Config(algo="returns"), {"weighting.power"}, flag_of)
-    assert one_line_error([*SMALL, "--return-power", "2", "--log-dir", str(tmp_path)]) == \
-        "error: --return-power is for --algo returns"
+    assert (
+        one_line_error([*SMALL, "--return-power", "2", "--log-dir", str(tmp_path)])
+        == "error: --return-power is for --algo returns"
+    )
     with pytest.raises(UsageError, match="--group-size is for --algo grpo"):
         check_algorithm_settings(Config(algo="returns"), {"group.size"}, flag_of)
     assert one_line_error([*SMALL, "--return-power", "0"]).startswith("error: argument --return-power: expected a")
@@ -117,7 +145,9 @@ def test_the_built_in_algorithms_share_the_update_contract():
 ENV_FAMILIES = ["PongNoFrameskip-v4", "Acrobot-v1", *recipes.ENV_DEFAULTS]
 
 
-@pytest.mark.parametrize("memory", [[], ["--recurrent"], ["--no-recurrent"]], ids=["default", "recurrent", "feedforward"])
+@pytest.mark.parametrize(
+    "memory", [[], ["--recurrent"], ["--no-recurrent"]], ids=["default", "recurrent", "feedforward"]
+)
 @pytest.mark.parametrize("env_name", ENV_FAMILIES)
 @pytest.mark.parametrize("algo", ["a2c", "ppo", "grpo"])
 def test_the_defaults_of_every_algorithm_env_and_memory_are_accepted(algo, env_name, memory):

@@ -1,5 +1,6 @@
 """bench/throughput.py (Atari and vector envs, the env-only rows, presets, SB3's A2C): what each trainer
 trains, the comparisons computed from the timed runs, the refusals, and tiny runs end to end."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,12 @@ def test_ablation_rows_each_take_away_one_switch_then_all():
     default = bench.cli_config([], PONG, 2)
     rows = [bench.cli_config(flags, PONG, 2) for flags in bench.ablations(PONG, 2).values()]
     assert [changed(config, default) for config in rows] == [
-        {"vec_env"}, {"channels_last"}, {"keep_freed_memory"}, {"keep_graph"},
-        {"vec_env", "channels_last", "keep_freed_memory", "keep_graph", "encoder_chunk"}]
+        {"vec_env"},
+        {"channels_last"},
+        {"keep_freed_memory"},
+        {"keep_graph"},
+        {"vec_env", "channels_last", "keep_freed_memory", "keep_graph", "encoder_chunk"},
+    ]
     assert all(config == dataclasses.replace(default, vec_env=config.vec_env, speed=config.speed) for config in rows)
     # On dummy envs already, taking the ale path away would train the default itself: no such row.
     assert len(bench.ablations(PONG, 2, ["--vec-env", "dummy"])) == 4
@@ -59,32 +64,53 @@ def test_the_configurations_of_ours_and_their_bfloat16_twins():
 
 def test_comparisons_are_ratios_of_the_median_rates():
     preset = PRESET + "fast-cpu"
-    results = {t.name: t for t in (trials(RECURRENT, 130), trials(FEEDFORWARD, 200),
-                                   trials(FEEDFORWARD + BF16, 250), trials(SB3, 100),
-                                   trials("recurrent, dummy envs", 65), trials(ENV_ONLY, 1000),
-                                   trials(preset, 500), trials(bench.preset_envs(preset), 2000))}
-    assert bench.comparisons(results, ["recurrent, dummy envs"]) == pytest.approx({
-        (RECURRENT, SB3): 1.3, (FEEDFORWARD, SB3): 2.0, (FEEDFORWARD + BF16, SB3): 2.5,
-        (preset, SB3): 5.0,
-        (FEEDFORWARD + BF16, FEEDFORWARD): 1.25,  # what --bf16 bought
-        (RECURRENT, "recurrent, dummy envs"): 2.0,  # what the ale path bought
-        (preset, FEEDFORWARD): 2.5,
-        # Each trainer as a share of its own envs' rate: a preset's envs are its own.
-        (RECURRENT, ENV_ONLY): 0.13, (FEEDFORWARD, ENV_ONLY): 0.2, (FEEDFORWARD + BF16, ENV_ONLY): 0.25,
-        (preset, bench.preset_envs(preset)): 0.25})
+    results = {
+        t.name: t
+        for t in (
+            trials(RECURRENT, 130),
+            trials(FEEDFORWARD, 200),
+            trials(FEEDFORWARD + BF16, 250),
+            trials(SB3, 100),
+            trials("recurrent, dummy envs", 65),
+            trials(ENV_ONLY, 1000),
+            trials(preset, 500),
+            trials(bench.preset_envs(preset), 2000),
+        )
+    }
+    assert bench.comparisons(results, ["recurrent, dummy envs"]) == pytest.approx(
+        {
+            (RECURRENT, SB3): 1.3,
+            (FEEDFORWARD, SB3): 2.0,
+            (FEEDFORWARD + BF16, SB3): 2.5,
+            (preset, SB3): 5.0,
+            (FEEDFORWARD + BF16, FEEDFORWARD): 1.25,  # what --bf16 bought
+            (RECURRENT, "recurrent, dummy envs"): 2.0,  # what the ale path bought
+            (preset, FEEDFORWARD): 2.5,
+            # Each trainer as a share of its own envs' rate: a preset's envs are its own.
+            (RECURRENT, ENV_ONLY): 0.13,
+            (FEEDFORWARD, ENV_ONLY): 0.2,
+            (FEEDFORWARD + BF16, ENV_ONLY): 0.25,
+            (preset, bench.preset_envs(preset)): 0.25,
+        }
+    )
     assert bench.preset_envs(preset + BF16) == bench.preset_envs(preset)  # the bfloat16 twin steps the same envs
     # Nothing measured, nothing compared.
     assert bench.comparisons({RECURRENT: trials(RECURRENT, 130)}, []) == {}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--vec-env", "dummy"], "unrecognized arguments: --vec-env dummy"),  # it is --ours-vec-env
-    (["--env-name", "CartPole-v1", "--ablation", "--bf16"],
-     "--ablation, --bf16: for Atari games; CartPole-v1 trains with its own defaults"),
-    (["--env-name", "CartPole-v1", "--ours", "feedforward"], "--ours: for Atari games"),
-    (["--env-name", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
-    (["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--vec-env", "dummy"], "unrecognized arguments: --vec-env dummy"),  # it is --ours-vec-env
+        (
+            ["--env-name", "CartPole-v1", "--ablation", "--bf16"],
+            "--ablation, --bf16: for Atari games; CartPole-v1 trains with its own defaults",
+        ),
+        (["--env-name", "CartPole-v1", "--ours", "feedforward"], "--ours: for Atari games"),
+        (["--env-name", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
+        (["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+    ],
+)
 def test_refuses_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
@@ -102,16 +128,48 @@ def test_cuda_without_a_gpu_is_refused(capsys):
 
 def test_a_tiny_run_times_each_trainer_asked_for_the_same_env_steps(monkeypatch):
     results = measured(monkeypatch)
-    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--no-sb3", "--ours", "feedforward",
-                       "--bf16", "--env-only"]) == 0
+    assert (
+        bench.main(
+            [
+                "--steps",
+                "10",
+                "--num-envs",
+                "2",
+                "--repeats",
+                "1",
+                "--no-sb3",
+                "--ours",
+                "feedforward",
+                "--bf16",
+                "--env-only",
+            ]
+        )
+        == 0
+    )
     assert set(results) == {FEEDFORWARD, FEEDFORWARD + BF16, ENV_ONLY}
     assert all(t.steps == [10] and t.seconds[0] > 0 for t in results.values())
 
 
 def test_a_tiny_vector_env_run_times_ours_sb3_and_the_envs_alone(monkeypatch):
     results = measured(monkeypatch)
-    assert bench.main(["--env-name", "CartPole-v1", "--num-envs", "4", "--steps", "200", "--repeats", "1",
-                       "--env-only", "--threads", "1"]) == 0
+    assert (
+        bench.main(
+            [
+                "--env-name",
+                "CartPole-v1",
+                "--num-envs",
+                "4",
+                "--steps",
+                "200",
+                "--repeats",
+                "1",
+                "--env-only",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert set(results) == {DEFAULTS, SB3, ENV_ONLY}
     assert all(t.steps == [200] for t in results.values())  # 10 updates of 4 envs x 5 steps, or 50 vector steps
 
@@ -132,8 +190,13 @@ def test_the_envs_alone_take_random_actions_of_their_space_for_whole_vector_step
 
 def test_sb3_trains_with_the_zoos_settings():
     atari = bench.zoo_settings("PongNoFrameskip-v4")
-    assert (atari["policy"], atari["learning_rate"], atari["n_steps"], atari["ent_coef"], atari["vf_coef"]) == \
-        ("CnnPolicy", 7e-4, 5, 0.01, 0.25)
+    assert (atari["policy"], atari["learning_rate"], atari["n_steps"], atari["ent_coef"], atari["vf_coef"]) == (
+        "CnnPolicy",
+        7e-4,
+        5,
+        0.01,
+        0.25,
+    )
     vector = bench.zoo_settings("CartPole-v1")
     assert (vector["policy"], vector["n_steps"], vector["gamma"], vector["ent_coef"]) == ("MlpPolicy", 5, 0.995, 1e-5)
     assert vector["learning_rate"](1.0) == pytest.approx(8.3e-4) and vector["learning_rate"](0.0) == 0.0  # decayed
@@ -165,7 +228,25 @@ def test_a_preset_that_is_not_a_preset_and_flags_of_main_py_is_refused(spec, cap
 
 def test_a_tiny_preset_run_times_it_its_bfloat16_twin_and_its_own_envs(monkeypatch):
     results = measured(monkeypatch)
-    assert bench.main(["--steps", "10", "--num-envs", "2", "--repeats", "1", "--no-sb3", "--ours", "none",
-                       "--preset", "fast-cpu", "--bf16", "--env-only"]) == 0
+    assert (
+        bench.main(
+            [
+                "--steps",
+                "10",
+                "--num-envs",
+                "2",
+                "--repeats",
+                "1",
+                "--no-sb3",
+                "--ours",
+                "none",
+                "--preset",
+                "fast-cpu",
+                "--bf16",
+                "--env-only",
+            ]
+        )
+        == 0
+    )
     preset = PRESET + "fast-cpu"
     assert set(results) == {preset, preset + BF16, bench.preset_envs(preset)}  # --ours none: no default envs

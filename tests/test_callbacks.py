@@ -1,10 +1,12 @@
 """callbacks.py: the points of the training loop where callbacks are called, a callback of one's
 own plugged into a run, and the built-in ones' rules."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
+from recording_writer import RecordingWriter
 
 import algorithms
 import seeds
@@ -12,7 +14,6 @@ from algorithms import make_agent
 from callbacks import Callback, CoreHealth, default_callbacks, every
 from config import Config, with_settings
 from envs import make_vec_env
-from recording_writer import RecordingWriter
 from runner import Runner
 
 
@@ -39,11 +40,25 @@ class Recorder(Callback):
 
 
 def small_runner(tmp_path, callbacks=None, **overrides) -> Runner:
-    config = Config(**{**dict(num_envs=2, rollout_size=3, num_updates=2, seed=5, tensorboard=False, progress=False,
-                              max_episode_frames=120, checkpoint_interval=1000), **overrides})
+    config = Config(
+        **{
+            **dict(
+                num_envs=2,
+                rollout_size=3,
+                num_updates=2,
+                seed=5,
+                tensorboard=False,
+                progress=False,
+                max_episode_frames=120,
+                checkpoint_interval=1000,
+            ),
+            **overrides,
+        }
+    )
     seeds.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
-                        config.max_episode_frames)
+    envs = make_vec_env(
+        config.env_name, config.num_envs, config.n_stack, config.seed, "dummy", config.max_episode_frames
+    )
     agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     os.makedirs(tmp_path, exist_ok=True)
     return Runner(agent, envs, config, str(tmp_path), callbacks=callbacks)
@@ -56,8 +71,11 @@ def test_the_loop_calls_each_point_in_order_with_the_counters_of_that_moment(tmp
     runner.envs.close()
     expected = [("reset", 2)]
     for u in range(2):  # the counters move on after the update, before on_update_end
-        expected += [("step", t, u) for t in range(3)] + [("rollout_end", u, (3, 2)), ("loss", u, True),
-                                                          ("update_end", u + 1, (u + 1) * 6)]
+        expected += [("step", t, u) for t in range(3)] + [
+            ("rollout_end", u, (3, 2)),
+            ("loss", u, True),
+            ("update_end", u + 1, (u + 1) * 6),
+        ]
     assert recorder.calls == expected
 
 
@@ -65,15 +83,29 @@ def test_the_loop_calls_each_point_in_order_with_the_counters_of_that_moment(tmp
 def test_every_point_is_called_for_every_algorithm(tmp_path, algo):
     """Whatever collects an algorithm's batches, the callbacks see the same loop: resets, steps
     whose counters start at 0, then the batch's end, its loss and the update's end, in order."""
-    config = with_settings(Config(env_name="CartPole-v1", algo=algo, recurrent=False, critic=algo != "grpo",
-                                  num_envs=4, rollout_size=3, num_updates=2, seed=5, tensorboard=False,
-                                  progress=False, checkpoint_interval=1000), {"group.size": 2})
+    config = with_settings(
+        Config(
+            env_name="CartPole-v1",
+            algo=algo,
+            recurrent=False,
+            critic=algo != "grpo",
+            num_envs=4,
+            rollout_size=3,
+            num_updates=2,
+            seed=5,
+            tensorboard=False,
+            progress=False,
+            checkpoint_interval=1000,
+        ),
+        {"group.size": 2},
+    )
     seeds.seed_everything(config.seed)
     envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed)
     agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     recorder = Recorder()
-    runner = Runner(agent, envs, config, str(tmp_path), callbacks=[recorder],
-                    collector=algorithms.algorithm(algo).collector)
+    runner = Runner(
+        agent, envs, config, str(tmp_path), callbacks=[recorder], collector=algorithms.algorithm(algo).collector
+    )
     runner.train()
     envs.close()
     points = [call[0] for call in recorder.calls]
@@ -84,7 +116,7 @@ def test_every_point_is_called_for_every_algorithm(tmp_path, algo):
         begin = ends[u - 1] + 3 if u else 0  # after the last update's end
         steps = [call for call in recorder.calls[begin:end] if call[0] == "step"]
         assert steps and [call[1] for call in steps] == list(range(len(steps)))  # t counts the batch's steps
-        assert points[end:end + 3] == ["rollout_end", "loss", "update_end"]
+        assert points[end : end + 3] == ["rollout_end", "loss", "update_end"]
 
 
 def test_a_run_without_callbacks_trains_the_same_and_writes_only_its_last_checkpoint(tmp_path):

@@ -3,6 +3,7 @@ rollout's losses and gradients agree to float tolerance, and nothing recompiles 
 shapes have been seen. The CPU test compiles with AOT autograd's eager backend (the graphs the
 run captures, forward and backward, without generating kernels, which would take minutes on a
 small CPU); the ``cuda`` smoke tests run the default backend on a GPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ def twin_networks():
     networks = []
     for _ in range(2):
         torch.manual_seed(0)
-        networks.append(build_model((4, 42, 42), 6, recurrent=True, hidden_size=32, conv_filters=8, lstm_norm=True,
-                                    core_skip=True))
+        networks.append(
+            build_model((4, 42, 42), 6, recurrent=True, hidden_size=32, conv_filters=8, lstm_norm=True, core_skip=True)
+        )
     eager, compiled = networks
     return eager, compile_network(compiled, backend="aot_eager")
 
@@ -71,12 +73,14 @@ def test_nothing_recompiles_once_a_runs_shapes_were_seen():
 
 
 def test_a_run_with_compile_learns_what_the_eager_run_learns(tmp_path, monkeypatch):
-    import training
     from tiny_run import train
 
+    import training
+
     compiled = []
-    monkeypatch.setattr(training, "compile_network",
-                        lambda model: compiled.append(model) or compile_network(model, backend="aot_eager"))
+    monkeypatch.setattr(
+        training, "compile_network", lambda model: compiled.append(model) or compile_network(model, backend="aot_eager")
+    )
     flags = ("--env-name", "CartPole-v1", "--num-updates", "4")
     eager_run = train(tmp_path / "eager", *flags)
     compiled_run = train(tmp_path / "compiled", *flags, "--compile")

@@ -1,4 +1,5 @@
 """End to end on real Atari through the command line: train, log, checkpoint, resume, evaluate, refuse bad input."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +21,33 @@ from checkpoints import CHECKPOINT_FORMAT
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 2 envs x 5 steps = 10 env steps an update; a 120-frame cap (30 agent steps) makes episodes end
 # (by time limit) within a few updates, so every episode statistic and checkpoint appears.
-SMALL = ["--num-envs", "2", "--rollout-size", "5", "--max-episode-frames", "120", "--no-progress", "--no-cuda",
-         "--log-interval", "2", "--histogram-interval", "4", "--checkpoint-interval", "4", "--seed", "3",
-         "--eval-interval", "4", "--eval-episodes", "2"]
+SMALL = [
+    "--num-envs",
+    "2",
+    "--rollout-size",
+    "5",
+    "--max-episode-frames",
+    "120",
+    "--no-progress",
+    "--no-cuda",
+    "--log-interval",
+    "2",
+    "--histogram-interval",
+    "4",
+    "--checkpoint-interval",
+    "4",
+    "--seed",
+    "3",
+    "--eval-interval",
+    "4",
+    "--eval-episodes",
+    "2",
+]
 UPDATES = 8
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "main.py", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "main.py", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -55,11 +74,28 @@ def trained_run(tmp_path_factory) -> str:
 
 def test_training_writes_tensorboard_scalars_against_env_steps(trained_run):
     found = scalars(trained_run)
-    expected = {"loss/policy", "loss/value", "loss/entropy", "loss/total", "train/explained_variance",
-                "train/grad_norm", "train/lr", "train/steps_per_second", "train/resident_memory_mib",
-                "episode/return", "episode/length", "episode/return_mean100",
-                "rollout/value_mean", "rollout/return_mean", "rollout/advantage_mean", "rollout/advantage_std",
-                "eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max"}
+    expected = {
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "loss/total",
+        "train/explained_variance",
+        "train/grad_norm",
+        "train/lr",
+        "train/steps_per_second",
+        "train/resident_memory_mib",
+        "episode/return",
+        "episode/length",
+        "episode/return_mean100",
+        "rollout/value_mean",
+        "rollout/return_mean",
+        "rollout/advantage_mean",
+        "rollout/advantage_std",
+        "eval/return_mean",
+        "eval/return_std",
+        "eval/return_min",
+        "eval/return_max",
+    }
     assert expected <= set(found)
     # Evaluated every 4 updates of 10 env steps, on games of its own.
     assert [step for step, _ in found["eval/return_mean"]] == [40, 80]
@@ -76,7 +112,9 @@ def test_training_writes_tensorboard_scalars_against_env_steps(trained_run):
 
 
 def test_training_writes_all_checkpoints_and_settings(trained_run):
-    assert {"a2c_best_loss", "a2c_best_reward", "a2c_best_eval", "a2c_last", "config.json"} <= set(os.listdir(trained_run))
+    assert {"a2c_best_loss", "a2c_best_reward", "a2c_best_eval", "a2c_last", "config.json"} <= set(
+        os.listdir(trained_run)
+    )
     last = torch.load(os.path.join(trained_run, "a2c_last"), weights_only=True)
     assert last["format"] == CHECKPOINT_FORMAT
     assert (last["update"], last["step"]) == (UPDATES, UPDATES * 10)
@@ -121,9 +159,24 @@ def test_resume_restores_the_optimizer_and_every_random_stream(trained_run, tmp_
         seen["optimizer"], seen["rng"] = self.agent.optimizer.state_dict(), seeds.rng_state()
         seen["lr"], seen["entropy_coeff"] = runner_module.scheduled_lr(self.config, 0), self.agent.entropy_coeff
         return self.state
+
     monkeypatch.setattr(runner_module.Runner, "train", train)
-    assert cli.main(["--no-cuda", "--resume", str(run_dir / "a2c_last"), "--num-updates", str(UPDATES + 1),
-                     "--lr", "3e-4", "--entropy-coeff", "0.02"]) == 0
+    assert (
+        cli.main(
+            [
+                "--no-cuda",
+                "--resume",
+                str(run_dir / "a2c_last"),
+                "--num-updates",
+                str(UPDATES + 1),
+                "--lr",
+                "3e-4",
+                "--entropy-coeff",
+                "0.02",
+            ]
+        )
+        == 0
+    )
     assert (seen["lr"], seen["entropy_coeff"]) == (3e-4, 0.02)  # typed settings apply from the resume on
     assert seen["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() != set()
     for index, state in saved["optimizer"]["state"].items():
@@ -139,8 +192,11 @@ def test_resume_after_a_hard_kill_keeps_best_checkpoints_written_after_a2c_last(
     # As after SIGKILL: a2c_last predates better bests (here: ones no update can beat).
     last = torch.load(run_dir / "a2c_last", weights_only=True)
     torch.save({**last, "best_loss": 1e9, "best_reward": -1e9, "best_eval": -1e9}, run_dir / "a2c_last")
-    for name, key, best in (("a2c_best_loss", "best_loss", -1e9), ("a2c_best_reward", "best_reward", 1e9),
-                            ("a2c_best_eval", "best_eval", 1e9)):
+    for name, key, best in (
+        ("a2c_best_loss", "best_loss", -1e9),
+        ("a2c_best_reward", "best_reward", 1e9),
+        ("a2c_best_eval", "best_eval", 1e9),
+    ):
         saved = torch.load(run_dir / name, weights_only=True)
         torch.save({**saved, key: best}, run_dir / name)
     before = {name: (run_dir / name).read_bytes() for name in ("a2c_best_loss", "a2c_best_reward", "a2c_best_eval")}
@@ -152,8 +208,16 @@ def test_resume_after_a_hard_kill_keeps_best_checkpoints_written_after_a2c_last(
 
 
 def test_eval_prints_raw_scores(trained_run):
-    result = run_cli("--eval", "--load", os.path.join(trained_run, "a2c_best_reward"), "--episodes", "3",
-                     "--max-episode-frames", "200", "--no-cuda")
+    result = run_cli(
+        "--eval",
+        "--load",
+        os.path.join(trained_run, "a2c_best_reward"),
+        "--episodes",
+        "3",
+        "--max-episode-frames",
+        "200",
+        "--no-cuda",
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     scores = [float(s) for s in lines[-2].removeprefix("scores: ").split()]
@@ -175,8 +239,13 @@ def test_plot_draws_the_runs_curves(trained_run, tmp_path):
 
 
 def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-u", "main.py", *SMALL, "--num-updates", "100000", "--log-dir",
-                             str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "main.py", *SMALL, "--num-updates", "100000", "--log-dir", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().startswith("device: cpu (")  # the first line names the device
         line = proc.stdout.readline()
@@ -201,35 +270,44 @@ def test_sigterm_finishes_update_writes_last_and_exits_zero(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("argv, message", [
-    (["--env-name", "Pongg"], "unknown env id 'Pongg'; did you mean PongNoFrameskip-v4, ALE/Pong-v5?"),
-    (["--env-name", "FrozenLake-v1"], "flat Box observations"),
-    (["--num-envs", "0"], "--num-envs: expected a positive integer, got '0'"),
-    (["--num-envs", "-2"], "--num-envs: expected a positive integer"),
-    (["--rollout-size", "0"], "--rollout-size: expected a positive integer"),
-    (["--lr", "0"], "--lr: expected a positive number"),
-    (["--lr=-1e-3"], "--lr: expected a positive number"),
-    (["--lr", "nan"], "--lr: expected a positive number"),
-    (["--num-updates", "-5"], "--num-updates: expected a positive integer"),
-    (["--gamma", "1.5"], "--gamma: expected a number in [0, 1]"),
-    (["--lr-decay-start", "0.5"], "--lr-decay-start is where the linear decay of --lr-schedule linear begins"),
-    (["--lr-schedule", "linear", "--lr-decay-start", "1"], "--lr-decay-start is a share of the run below 1"),
-    (["--lr-decay-from", "0.5"], "--lr-decay-from is the rate the decay of --lr-schedule linear begins at"),
-    (["--entropy-decay-start", "0.5"], "--entropy-decay-start is where the linear decay of --entropy-schedule linear"),
-    (["--entropy-schedule", "linear", "--entropy-decay-start", "1"], "--entropy-decay-start is a share of the run below 1"),
-    (["--lr-schedule", "linear", "--lr-decay-from", "0"], "--lr-decay-from is a share of --lr above 0"),
-    (["--lr-schedule", "linear", "--lr-decay-from", "1.5"], "--lr-decay-from: expected a number in [0, 1]"),
-    (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),
-    (["--eval", "--load", "/no/such/file"], "checkpoint not found"),
-    (["--eval"], "--eval needs --load"),
-    (["--json", "out.json"], "--json is for --eval"),
-    (["--stochastic"], "--deterministic/--stochastic is for --eval"),
-    (["--arch", "resnet"], "unknown --arch 'resnet' (one of universe, nature)"),
-    (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
-    (["--seed", "-1"], "--seed: expected an integer from 0 to 1073741823, got '-1'"),
-    (["--seed", "1073741824"], "--seed: expected an integer from 0 to 1073741823"),
-    (["--seed", "99999999999999999999"], "--seed: expected an integer from 0 to 1073741823"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env-name", "Pongg"], "unknown env id 'Pongg'; did you mean PongNoFrameskip-v4, ALE/Pong-v5?"),
+        (["--env-name", "FrozenLake-v1"], "flat Box observations"),
+        (["--num-envs", "0"], "--num-envs: expected a positive integer, got '0'"),
+        (["--num-envs", "-2"], "--num-envs: expected a positive integer"),
+        (["--rollout-size", "0"], "--rollout-size: expected a positive integer"),
+        (["--lr", "0"], "--lr: expected a positive number"),
+        (["--lr=-1e-3"], "--lr: expected a positive number"),
+        (["--lr", "nan"], "--lr: expected a positive number"),
+        (["--num-updates", "-5"], "--num-updates: expected a positive integer"),
+        (["--gamma", "1.5"], "--gamma: expected a number in [0, 1]"),
+        (["--lr-decay-start", "0.5"], "--lr-decay-start is where the linear decay of --lr-schedule linear begins"),
+        (["--lr-schedule", "linear", "--lr-decay-start", "1"], "--lr-decay-start is a share of the run below 1"),
+        (["--lr-decay-from", "0.5"], "--lr-decay-from is the rate the decay of --lr-schedule linear begins at"),
+        (
+            ["--entropy-decay-start", "0.5"],
+            "--entropy-decay-start is where the linear decay of --entropy-schedule linear",
+        ),
+        (
+            ["--entropy-schedule", "linear", "--entropy-decay-start", "1"],
+            "--entropy-decay-start is a share of the run below 1",
+        ),
+        (["--lr-schedule", "linear", "--lr-decay-from", "0"], "--lr-decay-from is a share of --lr above 0"),
+        (["--lr-schedule", "linear", "--lr-decay-from", "1.5"], "--lr-decay-from: expected a number in [0, 1]"),
+        (["--resume", "/no/such/a2c_last"], "checkpoint not found: /no/such/a2c_last"),
+        (["--eval", "--load", "/no/such/file"], "checkpoint not found"),
+        (["--eval"], "--eval needs --load"),
+        (["--json", "out.json"], "--json is for --eval"),
+        (["--stochastic"], "--deterministic/--stochastic is for --eval"),
+        (["--arch", "resnet"], "unknown --arch 'resnet' (one of universe, nature)"),
+        (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
+        (["--seed", "-1"], "--seed: expected an integer from 0 to 1073741823, got '-1'"),
+        (["--seed", "1073741824"], "--seed: expected an integer from 0 to 1073741823"),
+        (["--seed", "99999999999999999999"], "--seed: expected an integer from 0 to 1073741823"),
+    ],
+)
 def test_bad_input_one_line_exit_2(argv, message, one_line_error):
     assert message in one_line_error(argv)
 
@@ -273,21 +351,38 @@ def test_checkpoint_of_other_game_or_architecture_is_refused(trained_run, one_li
     message = one_line_error(["--eval", "--load", last, "--env-name", "SpaceInvadersNoFrameskip-v4"])  # 6 actions too
     assert message.endswith("was trained on PongNoFrameskip-v4; SpaceInvadersNoFrameskip-v4 is another game")
     # Another id of the same game plays (a v4-trained agent under the v5 id's settings, say).
-    assert cli.main(["--no-cuda", "--eval", "--load", last, "--env-name", "ALE/Pong-v5", "--episodes", "1",
-                     "--max-episode-frames", "120", "--no-cuda"]) == 0
+    assert (
+        cli.main(
+            [
+                "--no-cuda",
+                "--eval",
+                "--load",
+                last,
+                "--env-name",
+                "ALE/Pong-v5",
+                "--episodes",
+                "1",
+                "--max-episode-frames",
+                "120",
+                "--no-cuda",
+            ]
+        )
+        == 0
+    )
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--no-recurrent"])
     assert "another architecture" in one_line_error(["--eval", "--load", last, "--n-stack", "2"])
-    assert "--env-name PongNoFrameskip-v4" in one_line_error(
-        ["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
+    assert "--env-name PongNoFrameskip-v4" in one_line_error(["--resume", last, "--env-name", "BreakoutNoFrameskip-v4"])
 
 
-def test_resume_into_a_run_directory_it_cannot_write_is_refused_before_training(trained_run, one_line_error,
-                                                                               monkeypatch):
+def test_resume_into_a_run_directory_it_cannot_write_is_refused_before_training(
+    trained_run, one_line_error, monkeypatch
+):
     import training
 
     def read_only(directory):  # what a read-only or immutable directory answers (root writes through chmod)
         if os.path.samefile(directory, trained_run):
             raise PermissionError(13, "Permission denied")
+
     monkeypatch.setattr(training, "probe_writable", read_only)
     monkeypatch.setattr(training, "seed_everything", lambda seed: pytest.fail("training started"))
     message = one_line_error(["--resume", os.path.join(trained_run, "a2c_last"), "--num-updates", str(UPDATES + 2)])
@@ -298,7 +393,8 @@ def test_json_path_that_is_no_file_is_refused_before_playing(trained_run, tmp_pa
     last = os.path.join(trained_run, "a2c_last")
     for path in (str(tmp_path), "", str(tmp_path / "new") + "/"):
         assert "--json needs the path of a file to write" in one_line_error(
-            ["--eval", "--load", last, "--episodes", "1", "--json", path])
+            ["--eval", "--load", last, "--episodes", "1", "--json", path]
+        )
 
 
 def test_a_resumed_runs_settings_are_checked_as_a_new_runs(trained_run, one_line_error, monkeypatch):
@@ -310,7 +406,8 @@ def test_a_resumed_runs_settings_are_checked_as_a_new_runs(trained_run, one_line
     last = os.path.join(trained_run, "a2c_last")
     more = ["--num-updates", str(UPDATES + 2)]
     assert "--normalize-obs and --normalize-reward are for vector observations" in one_line_error(
-        ["--resume", last, *more, "--normalize-reward"])
+        ["--resume", last, *more, "--normalize-reward"]
+    )
     assert "PongNoFrameskip-v4" in one_line_error(["--resume", last, *more, "--randomize-domain"])
     assert "--horizon is for --algo grpo" in one_line_error(["--resume", last, *more, "--horizon", "5"])
 
@@ -356,11 +453,38 @@ def test_help_lists_every_flag_with_default():
     assert entries[1].startswith("--env-name ID") and entries[1].endswith("(default: PongNoFrameskip-v4)")
     # And the flags themselves are still there.
     names = {name for action in actions for name in action.option_strings}
-    assert {"--env-name", "--cuda", "--no-cuda", "--tensorboard", "--no-tensorboard", "--log-dir", "--seed",
-            "--max-grad-norm", "--max-grad_norm", "--lr", "--num-envs", "--n-stack", "--rollout-size",
-            "--num-updates", "--curiosity-coeff", "--icm-beta", "--value-coeff", "--entropy-coeff",
-            "--recurrent", "--no-recurrent", "--optimizer", "--lr-schedule", "--entropy-schedule", "--gamma", "--gae-lambda",
-            "--vec-env", "--resume", "--eval", "--load", "--episodes"} <= names
+    assert {
+        "--env-name",
+        "--cuda",
+        "--no-cuda",
+        "--tensorboard",
+        "--no-tensorboard",
+        "--log-dir",
+        "--seed",
+        "--max-grad-norm",
+        "--max-grad_norm",
+        "--lr",
+        "--num-envs",
+        "--n-stack",
+        "--rollout-size",
+        "--num-updates",
+        "--curiosity-coeff",
+        "--icm-beta",
+        "--value-coeff",
+        "--entropy-coeff",
+        "--recurrent",
+        "--no-recurrent",
+        "--optimizer",
+        "--lr-schedule",
+        "--entropy-schedule",
+        "--gamma",
+        "--gae-lambda",
+        "--vec-env",
+        "--resume",
+        "--eval",
+        "--load",
+        "--episodes",
+    } <= names
 
 
 def test_flags_parse_into_config_and_booleans_turn_off():
@@ -390,15 +514,25 @@ def test_curiosity_run_logs_its_curves_resumes_and_plays_without_flags(tmp_path)
     (name,) = os.listdir(tmp_path)
     run_dir = tmp_path / name
     found = scalars(str(run_dir))
-    assert {"icm/inverse", "icm/forward", "icm/inverse_accuracy", "rewards/intrinsic_mean", "rewards/intrinsic_max",
-            "loss/a2c_total", "episode/return", "episode/return_intrinsic"} <= set(found)
+    assert {
+        "icm/inverse",
+        "icm/forward",
+        "icm/inverse_accuracy",
+        "rewards/intrinsic_mean",
+        "rewards/intrinsic_max",
+        "loss/a2c_total",
+        "episode/return",
+        "episode/return_intrinsic",
+    } <= set(found)
     # Intrinsic episode returns are sums of non-negative rewards; the extrinsic ones are raw Pong scores.
     assert all(v >= 0 for _, v in found["episode/return_intrinsic"])
     assert "intrinsic" in torch.load(run_dir / "a2c_last", weights_only=True)
     resumed = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", "6", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     assert torch.load(run_dir / "a2c_last", weights_only=True)["update"] == 6
-    played = run_cli("--eval", "--load", str(run_dir / "a2c_best_loss"), "--episodes", "2", "--max-episode-frames", "120")
+    played = run_cli(
+        "--eval", "--load", str(run_dir / "a2c_best_loss"), "--episodes", "2", "--max-episode-frames", "120"
+    )
     assert played.returncode == 0, played.stderr
     assert "episodes: 2" in played.stdout
 
@@ -415,8 +549,9 @@ def test_bf16_trains_and_warns_only_where_the_hardware_lacks_it(tmp_path, monkey
     assert warned != hardware_bf16
     (name,) = os.listdir(tmp_path)
     saved = torch.load(tmp_path / name / "a2c_last", weights_only=True)
-    assert saved["config"]["speed"]["bf16"] and all(w.dtype == torch.float32 for w in saved["model"].values()
-                                           if w.is_floating_point())
+    assert saved["config"]["speed"]["bf16"] and all(
+        w.dtype == torch.float32 for w in saved["model"].values() if w.is_floating_point()
+    )
 
 
 def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
@@ -428,8 +563,23 @@ def test_eval_plays_in_the_precision_it_was_told(trained_run, monkeypatch):
     monkeypatch.setattr(play, "evaluate", lambda model, *a, **k: played.append(model.bf16) or real(model, *a, **k))
     checkpoint = os.path.join(trained_run, "a2c_last")
     for flags in ([], ["--bf16"], ["--no-bf16"]):
-        assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "1", "--max-episode-frames", "60",
-                         "--no-cuda", *flags]) == 0
+        assert (
+            cli.main(
+                [
+                    "--no-cuda",
+                    "--eval",
+                    "--load",
+                    checkpoint,
+                    "--episodes",
+                    "1",
+                    "--max-episode-frames",
+                    "60",
+                    "--no-cuda",
+                    *flags,
+                ]
+            )
+            == 0
+        )
     assert played == [False, True, False]  # the run trained in float32; --bf16 asks for bfloat16
 
 
@@ -446,8 +596,15 @@ def test_every_setting_has_a_flag_and_curiosity_settings_come_as_one_block():
     assert Config.from_dict(saved) == config
     # A config saved while the settings were flat reads the same.
     flat = {k: v for k, v in saved.items() if k != "curiosity"}
-    flat.update(icm=True, icm_beta=0.3, icm_lambda=0.5, curiosity_coeff=2.0, extrinsic_coeff=1.0,
-                icm_normalize=False, icm_forward_grad=True)
+    flat.update(
+        icm=True,
+        icm_beta=0.3,
+        icm_lambda=0.5,
+        curiosity_coeff=2.0,
+        extrinsic_coeff=1.0,
+        icm_normalize=False,
+        icm_forward_grad=True,
+    )
     assert Config.from_dict(flat) == config
     assert flag_of("curiosity.policy_weight") == "--icm-policy-weight"
 
@@ -456,8 +613,9 @@ def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypa
     from algorithms import make_agent
     from config import Config, Speed
 
-    config, _, typed = cli.parse_args(["--no-keep-graph", "--encoder-chunk", "0", "--no-keep-freed-memory",
-                                       "--no-channels-last"])
+    config, _, typed = cli.parse_args(
+        ["--no-keep-graph", "--encoder-chunk", "0", "--no-keep-freed-memory", "--no-channels-last"]
+    )
     assert config.speed == Speed(keep_graph=False, encoder_chunk=0, keep_freed_memory=False, channels_last=False)
     assert typed == {"speed.keep_graph", "speed.encoder_chunk", "speed.keep_freed_memory", "speed.channels_last"}
     assert Config.from_dict({"channels_last": False, "bf16": True}).speed == Speed(channels_last=False, bf16=True)
@@ -474,7 +632,8 @@ def test_speed_settings_are_one_block_and_each_reaches_what_it_switches(monkeypa
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_non_finite_log_std_init_is_refused(one_line_error, value):
     assert one_line_error(["--env-name", "Pendulum-v1", f"--log-std-init={value}"]) == (
-        f"error: argument --log-std-init: expected a finite number, got '{value}' (see --help)")
+        f"error: argument --log-std-init: expected a finite number, got '{value}' (see --help)"
+    )
 
 
 def test_an_env_whose_optional_dependency_is_missing_is_refused_in_one_line(one_line_error, tmp_path):

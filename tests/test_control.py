@@ -1,5 +1,6 @@
 """control.py and metrics.py: a stop request from a signal, decisions shared by every process, and
 metrics that a process other than the main one keeps to itself."""
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from recording_writer import RecordingWriter
 
 from control import RunContext, StopSignals
 from metrics import Metrics
-from recording_writer import RecordingWriter
 
 
 def test_a_signal_inside_becomes_a_request_and_the_old_handler_comes_back():
@@ -63,9 +64,16 @@ def test_metrics_write_only_on_the_enabled_process(enabled):
     metrics.log_interval(10, lr=7e-4, steps_per_second=100.0)
     metrics.close()
     if enabled:
-        assert writer.tags == ["episode/return", "rollout/values", "loss/total", "train/explained_variance",
-                               "rollout/value_mean", "train/lr", "train/steps_per_second",
-                               "train/resident_memory_mib"]
+        assert writer.tags == [
+            "episode/return",
+            "rollout/values",
+            "loss/total",
+            "train/explained_variance",
+            "rollout/value_mean",
+            "train/lr",
+            "train/steps_per_second",
+            "train/resident_memory_mib",
+        ]
     else:
         assert writer.tags == []
 

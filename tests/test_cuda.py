@@ -4,6 +4,7 @@ gSDE with ``--cuda``, checkpoints that load anywhere, and the reads back from th
 Marked ``cuda``: skipped on a machine without CUDA (CI has none). ``python -m pytest -m cuda`` runs
 them alone; ``python -m bench.gpu smoke`` runs them and records the result.
 """
+
 import glob
 import os
 import warnings
@@ -15,8 +16,19 @@ import main as cli
 
 pytestmark = pytest.mark.cuda
 
-ATARI = ["--env-name", "PongNoFrameskip-v4", "--num-envs", "4", "--rollout-size", "5", "--no-progress",
-         "--max-episode-frames", "400", "--checkpoint-interval", "2"]
+ATARI = [
+    "--env-name",
+    "PongNoFrameskip-v4",
+    "--num-envs",
+    "4",
+    "--rollout-size",
+    "5",
+    "--no-progress",
+    "--max-episode-frames",
+    "400",
+    "--checkpoint-interval",
+    "2",
+]
 CARTPOLE = ["--env-name", "CartPole-v1", "--num-envs", "4", "--no-progress"]
 
 
@@ -64,8 +76,15 @@ def test_a_run_resumes_across_devices(tmp_path, capsys):
     assert lines[0].startswith("device: cuda:") and lines[-1].startswith("episodes: 2  mean: ")
 
 
-@pytest.mark.parametrize("flags", [["--arch", "nature", "--no-recurrent", "--bf16"], ["--icm"], ["--tf32"],
-                                   ["--preset", "fast-cpu", "--conv-filters", "16"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--arch", "nature", "--no-recurrent", "--bf16"],
+        ["--icm"],
+        ["--tf32"],
+        ["--preset", "fast-cpu", "--conv-filters", "16"],
+    ],
+)
 def test_atari_options_train_on_the_gpu(tmp_path, capsys, flags):
     assert cli.main([*ATARI, "--num-updates", "3", "--cuda", *flags, "--log-dir", str(tmp_path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
@@ -73,16 +92,33 @@ def test_atari_options_train_on_the_gpu(tmp_path, capsys, flags):
     assert ("bfloat16" in first) == ("--bf16" in flags) and ("TF32 convolutions" in first) == ("--tf32" in flags)
 
 
-@pytest.mark.parametrize("flags", [
-    [*CARTPOLE, "--algo", "ppo", "--rollout-size", "16", "--minibatches", "4", "--num-updates", "2"],
-    [*CARTPOLE, "--algo", "grpo", "--group-size", "2", "--horizon", "40", "--num-updates", "2"],
-    ["--env-name", "Pendulum-v1", "--num-envs", "4", "--sde", "--no-progress", "--num-updates", "4"],
-    [*CARTPOLE, "--recurrent", "--num-updates", "4"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [*CARTPOLE, "--algo", "ppo", "--rollout-size", "16", "--minibatches", "4", "--num-updates", "2"],
+        [*CARTPOLE, "--algo", "grpo", "--group-size", "2", "--horizon", "40", "--num-updates", "2"],
+        ["--env-name", "Pendulum-v1", "--num-envs", "4", "--sde", "--no-progress", "--num-updates", "4"],
+        [*CARTPOLE, "--recurrent", "--num-updates", "4"],
+    ],
+)
 def test_control_algorithms_train_on_the_gpu(tmp_path, capsys, flags):
     assert cli.main([*flags, "--cuda", "--log-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("device: cuda:")
-    assert cli.main(["--eval", "--load", os.path.join(only_run(tmp_path), "a2c_last"), "--episodes", "2",
-                     "--max-episode-frames", "50", "--cuda"]) == 0
+    assert (
+        cli.main(
+            [
+                "--eval",
+                "--load",
+                os.path.join(only_run(tmp_path), "a2c_last"),
+                "--episodes",
+                "2",
+                "--max-episode-frames",
+                "50",
+                "--cuda",
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_rollout_step_waits_for_the_gpu_only_for_the_actions(tmp_path):

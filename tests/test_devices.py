@@ -2,6 +2,7 @@
 float policy, the copies onto the device, the reads back from it (one per rollout step, one per
 update), checkpoints with their tensors on the CPU, and torchrun with one visible GPU per rank.
 What only a GPU can show is in test_cuda.py (marked ``cuda``)."""
+
 import glob
 import os
 
@@ -17,8 +18,19 @@ from config import Config
 from control import RunContext
 
 CPU = torch.device("cpu")
-CARTPOLE = ["--env-name", "CartPole-v1", "--num-envs", "2", "--rollout-size", "5", "--num-updates", "2",
-            "--no-progress", "--threads", "1"]
+CARTPOLE = [
+    "--env-name",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--rollout-size",
+    "5",
+    "--num-updates",
+    "2",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 
 
 # ------------------------------------------------------------------------------------------------ the device
@@ -68,9 +80,14 @@ def test_channels_last_is_on_for_the_cpu_and_on_a_gpu_only_with_bf16_unless_type
 # ------------------------------------------------------------------------------------------------ float policy
 @pytest.fixture
 def float_policy_restored():
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-             torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    saved = (
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
     torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
@@ -92,8 +109,9 @@ def test_reproducible_picks_deterministic_kernels_and_names_what_has_none(tmp_pa
     assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
-    assert capsys.readouterr().out.splitlines()[1] == ("reproducible: deterministic kernels; every op of this run "
-                                                       "on the cpu has one")
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "reproducible: deterministic kernels; every op of this run on the cpu has one"
+    )
     gpu = torch.device("cuda", 0)
     (pool,) = devices.nondeterministic_parts(gpu, arch="universe", image_obs=True)
     assert "AdaptiveMaxPool2d" in pool
@@ -149,16 +167,26 @@ def device_reads(monkeypatch):
         def counted(self, *args, _name=name, _original=original, **kwargs):
             counts[_name] = counts.get(_name, 0) + 1
             return _original(self, *args, **kwargs)
+
         monkeypatch.setattr(torch.Tensor, name, counted)
     return counts
 
 
-@pytest.mark.parametrize("env_name, extra", [("PongNoFrameskip-v4", {}), ("Pendulum-v1", {"sde": True}),
-                                             ("CartPole-v1", {"normalize_advantages": True})])
-def test_a_rollout_step_reads_the_device_once_and_an_update_once(make_runner, tmp_path, device_reads, env_name,
-                                                                  extra):
-    config = Config(env_name=env_name, num_envs=2, rollout_size=5, cuda=False, tensorboard=False, progress=False,
-                    recurrent=True, **extra)
+@pytest.mark.parametrize(
+    "env_name, extra",
+    [("PongNoFrameskip-v4", {}), ("Pendulum-v1", {"sde": True}), ("CartPole-v1", {"normalize_advantages": True})],
+)
+def test_a_rollout_step_reads_the_device_once_and_an_update_once(make_runner, tmp_path, device_reads, env_name, extra):
+    config = Config(
+        env_name=env_name,
+        num_envs=2,
+        rollout_size=5,
+        cuda=False,
+        tensorboard=False,
+        progress=False,
+        recurrent=True,
+        **extra,
+    )
     runner = make_runner(config, tmp_path)
     runner.collector.storage.start(runner.recurrent_state)
     runner.agent.draw_exploration(config.num_envs)
@@ -174,13 +202,21 @@ def test_a_rollout_step_reads_the_device_once_and_an_update_once(make_runner, tm
     stats = runner.learn(batch)
     # The losses, the gradient norm and the rollout's statistics come back together.
     assert counts == {"tolist": 1}
-    assert {"total", "policy", "value", "entropy", "grad_norm", "explained_variance",
-            "rollout/advantage_std"} <= set(stats) and stats["skipped"] == 0.0
+    assert {"total", "policy", "value", "entropy", "grad_norm", "explained_variance", "rollout/advantage_std"} <= set(
+        stats
+    ) and stats["skipped"] == 0.0
 
 
 def test_a_non_finite_loss_still_skips_the_step(make_runner, tmp_path):
-    config = Config(env_name="CartPole-v1", num_envs=2, rollout_size=5, cuda=False, tensorboard=False,
-                    progress=False, recurrent=False)
+    config = Config(
+        env_name="CartPole-v1",
+        num_envs=2,
+        rollout_size=5,
+        cuda=False,
+        tensorboard=False,
+        progress=False,
+        recurrent=False,
+    )
     runner = make_runner(config, tmp_path)
     batch = runner.collect()
     before = [p.detach().clone() for p in runner.agent.params]
@@ -196,6 +232,7 @@ def test_a_non_finite_loss_still_skips_the_step(make_runner, tmp_path):
 # ------------------------------------------------------------------------------------------------ checkpoints
 class Marked(torch.Tensor):
     """A tensor that notes when it is asked for its CPU copy."""
+
     moved: list[int] = []
 
     def cpu(self, *args, **kwargs):
@@ -205,9 +242,12 @@ class Marked(torch.Tensor):
 
 def test_a_checkpoint_holds_its_tensors_on_the_cpu():
     Marked.moved = []
-    data = {"model": {"w": torch.ones(2).as_subclass(Marked)},
-            "optimizer": {"state": {0: {"square_avg": torch.ones(3).as_subclass(Marked), "step": 4}}},
-            "rng": [torch.ones(5).as_subclass(Marked), ("x", torch.ones(7).as_subclass(Marked))], "name": "a"}
+    data = {
+        "model": {"w": torch.ones(2).as_subclass(Marked)},
+        "optimizer": {"state": {0: {"square_avg": torch.ones(3).as_subclass(Marked), "step": 4}}},
+        "rng": [torch.ones(5).as_subclass(Marked), ("x", torch.ones(7).as_subclass(Marked))],
+        "name": "a",
+    }
     moved = on_cpu(data)
     assert sorted(Marked.moved) == [2, 3, 5, 7]  # every tensor, at any depth
     assert moved["name"] == "a" and moved["optimizer"]["state"][0]["step"] == 4

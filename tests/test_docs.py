@@ -2,6 +2,7 @@
 declarations (``main.flags_page``) and names every flag of the parser that ``main.build_parser()``
 builds, and no flag the parser lacks; every relative link of README.md and docs/ (images included) points
 at a file that exists and, with an ``#anchor``, at a heading of that file."""
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,8 @@ def test_flags_md_names_every_flag_of_the_parser():
 def test_flags_md_is_made_from_the_settings_declarations():
     """The page is main.flags_page(), so it cannot drift from the flags, their help and the defaults."""
     assert read(FLAGS_MD) == main.flags_page(), (
-        "docs/flags.md is out of date: python -c \"import main; print(main.flags_page(), end='')\" > docs/flags.md")
+        "docs/flags.md is out of date: python -c \"import main; print(main.flags_page(), end='')\" > docs/flags.md"
+    )
 
 
 def test_every_flag_flags_md_names_is_one_the_parser_takes():
@@ -127,9 +129,11 @@ def test_a_link_checker_finds_a_missing_file_and_a_missing_heading(tmp_path):
     (tmp_path / "sub" / "other.md").write_text("# Title\n\n## A part\n\n## A part\n")
     (tmp_path / "image.png").write_bytes(b"")
     page = tmp_path / "page.md"
-    page.write_text("[ok](sub/other.md#a-part) [ok too](sub/other.md#a-part-1) ![ok](image.png) [web](https://x.org)"
-                    " [here](#local)\n\n## Local\n\n[gone](missing.md) [no part](sub/other.md#b-part)\n"
-                    "```\n[in code](nowhere.md)\n```\n")
+    page.write_text(
+        "[ok](sub/other.md#a-part) [ok too](sub/other.md#a-part-1) ![ok](image.png) [web](https://x.org)"
+        " [here](#local)\n\n## Local\n\n[gone](missing.md) [no part](sub/other.md#b-part)\n"
+        "```\n[in code](nowhere.md)\n```\n"
+    )
     assert broken_links(str(page)) == ["missing.md (no such file)", "sub/other.md#b-part (no such heading)"]
 
 

@@ -1,6 +1,7 @@
 """Vector-observation training beyond the defaults: observation normalization (saved, frozen in
 evaluation, restored on resume), domain randomization through the env factory and the runner,
 and the physics-grid evaluation."""
+
 import glob
 import json
 import os
@@ -13,7 +14,8 @@ import main
 import recipes
 from checkpoints import load_checkpoint
 from envs import make_vec_env
-from normalize import load as load_normalizer, normalized
+from normalize import load as load_normalizer
+from normalize import normalized
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -33,8 +35,11 @@ def test_normalized_observations_by_hand():
     envs = normalized(make_vec_env("CartPole-v1", 2, seed=3, vec_env="sync"), obs=True, reward=False, training=False)
     raw_envs = make_vec_env("CartPole-v1", 2, seed=3, vec_env="sync")
     try:
-        stats = {"mean": torch.zeros(4, dtype=torch.float64), "var": torch.full((4,), 1e-4, dtype=torch.float64),
-                 "count": 10.0}
+        stats = {
+            "mean": torch.zeros(4, dtype=torch.float64),
+            "var": torch.full((4,), 1e-4, dtype=torch.float64),
+            "count": 10.0,
+        }
         load_normalizer(envs, {"obs_normalizer": stats})
         obs, raw = envs.reset(), raw_envs.reset()
         expected = np.clip(raw / np.sqrt(1e-4 + 1e-8), -10, 10)
@@ -56,12 +61,18 @@ def test_normalize_obs_is_saved_frozen_in_evaluation_and_restored_on_resume(tmp_
 
     import evaluate
     import play
+
     seen = []
     real = evaluate.evaluate
-    monkeypatch.setattr(play, "evaluate", lambda model, envs, *a, **k: seen.append(
-        (envs.obs_rms.mean.copy(), envs.training, envs.norm_reward)) or real(model, envs, *a, **k))
+    monkeypatch.setattr(
+        play,
+        "evaluate",
+        lambda model, envs, *a, **k: (
+            seen.append((envs.obs_rms.mean.copy(), envs.training, envs.norm_reward)) or real(model, envs, *a, **k)
+        ),
+    )
     assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "2", "--no-cuda"]) == 0
-    (mean, training, norm_reward), = seen
+    ((mean, training, norm_reward),) = seen
     np.testing.assert_array_equal(mean, last["obs_normalizer"]["mean"].numpy())
     assert not training and not norm_reward  # frozen, and the scores are raw
 
@@ -113,14 +124,22 @@ def test_a_randomized_run_logs_the_physics_it_drew(tmp_path):
     assert json.load(open(f"{run_dir}/config.json"))["randomize_domain"] == "uniform"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env-name", "Pendulum-v1", "--randomize-domain"],
-     "--randomize-domain knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; not Pendulum-v1"),
-    (["--env-name", "PongNoFrameskip-v4", "--randomize-domain"], "--randomize-domain knows"),
-    (["--env-name", "PongNoFrameskip-v4", "--normalize-obs"], "--normalize-obs and --normalize-reward are for vector"),
-    (["--env-name", "CartPole-v1", "--randomize-every", "sometimes"], "invalid choice: 'sometimes'"),
-    (["--physics-grid"], "--physics-grid is for --eval"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--env-name", "Pendulum-v1", "--randomize-domain"],
+            "--randomize-domain knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; not Pendulum-v1",
+        ),
+        (["--env-name", "PongNoFrameskip-v4", "--randomize-domain"], "--randomize-domain knows"),
+        (
+            ["--env-name", "PongNoFrameskip-v4", "--normalize-obs"],
+            "--normalize-obs and --normalize-reward are for vector",
+        ),
+        (["--env-name", "CartPole-v1", "--randomize-every", "sometimes"], "invalid choice: 'sometimes'"),
+        (["--physics-grid"], "--physics-grid is for --eval"),
+    ],
+)
 def test_bad_domain_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path), "--num-updates", "1"])
     assert not os.listdir(tmp_path)
@@ -130,12 +149,32 @@ def test_bad_domain_input_is_one_line(one_line_error, tmp_path, argv, message):
 def test_physics_grid_plays_every_cell_and_writes_a_table_and_a_heat_map(tmp_path, one_line_error):
     run_dir = train(tmp_path, "--num-updates", "3", "--normalize-obs")
     out, table = tmp_path / "grid.png", tmp_path / "grid.json"
-    assert main.main(["--no-cuda", "--eval", "--load", f"{run_dir}/a2c_last", "--physics-grid", "--episodes", "2",
-                      "--max-episode-frames", "30", "--json", str(table), "--out", str(out), "--no-cuda"]) == 0
+    assert (
+        main.main(
+            [
+                "--no-cuda",
+                "--eval",
+                "--load",
+                f"{run_dir}/a2c_last",
+                "--physics-grid",
+                "--episodes",
+                "2",
+                "--max-episode-frames",
+                "30",
+                "--json",
+                str(table),
+                "--out",
+                str(out),
+                "--no-cuda",
+            ]
+        )
+        == 0
+    )
     grid = json.load(open(table))
     assert grid["axes"] == {"gravity": [5.0, 7.5, 10.0, 12.5, 15.0], "length": [0.25, 0.5, 0.75, 1.0]}
     assert [(c["gravity"], c["length"]) for c in grid["cells"]] == [
-        (g, length) for g in grid["axes"]["gravity"] for length in grid["axes"]["length"]]
+        (g, length) for g in grid["axes"]["gravity"] for length in grid["axes"]["length"]
+    ]
     for cell in grid["cells"]:
         assert len(cell["scores"]) == 2 and all(1 <= s <= 30 for s in cell["scores"])
         assert cell["mean"] == pytest.approx(np.mean(cell["scores"]))
@@ -147,8 +186,12 @@ def test_physics_grid_plays_every_cell_and_writes_a_table_and_a_heat_map(tmp_pat
     # Pendulum has no grid: refused in one line, before playing.
     assert main.main(["--env-name", "Pendulum-v1", *SMALL, "--log-dir", str(tmp_path / "p"), "--num-updates", "1"]) == 0
     (pendulum,) = glob.glob(str(tmp_path / "p" / "Pendulum-v1_*"))
-    assert "--physics-grid knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; not Pendulum-v1" in \
-        one_line_error(["--eval", "--load", f"{pendulum}/a2c_last", "--physics-grid", "--out", str(tmp_path / "x.png")])
+    assert (
+        "--physics-grid knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; not Pendulum-v1"
+        in one_line_error(
+            ["--eval", "--load", f"{pendulum}/a2c_last", "--physics-grid", "--out", str(tmp_path / "x.png")]
+        )
+    )
     assert not (tmp_path / "x.png").exists()
 
 
@@ -172,21 +215,46 @@ def test_vector_envs_get_their_family_defaults_and_a_typed_flag_wins():
 
     config, _, typed = main.parse_args(["--env-name", "LunarLander-v3"])
     lander = recipes.with_env_defaults(config, typed)
-    assert (lander.recurrent, lander.num_envs, lander.gamma, lander.gae_lambda, lander.lr, lander.lr_schedule,
-            lander.entropy_coeff, lander.total_steps) == (False, 192, 0.999, 0.98, 2.5e-3, "linear", 1e-5, 1_000_320)
+    assert (
+        lander.recurrent,
+        lander.num_envs,
+        lander.gamma,
+        lander.gae_lambda,
+        lander.lr,
+        lander.lr_schedule,
+        lander.entropy_coeff,
+        lander.total_steps,
+    ) == (False, 192, 0.999, 0.98, 2.5e-3, "linear", 1e-5, 1_000_320)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--no-normalize-reward"])
     continuous = recipes.with_env_defaults(config, typed)
-    assert (continuous.num_envs, continuous.rollout_size, continuous.total_steps, continuous.gae_lambda,
-            continuous.entropy_coeff, continuous.log_std_init, continuous.sde, continuous.normalize_obs,
-            continuous.normalize_reward, continuous.lr, continuous.lr_schedule) == \
-        (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, True, False, 7e-4, "linear")
+    assert (
+        continuous.num_envs,
+        continuous.rollout_size,
+        continuous.total_steps,
+        continuous.gae_lambda,
+        continuous.entropy_coeff,
+        continuous.log_std_init,
+        continuous.sde,
+        continuous.normalize_obs,
+        continuous.normalize_reward,
+        continuous.lr,
+        continuous.lr_schedule,
+    ) == (4, 8, 5_000_000, 0.9, 0.0, -2.0, True, True, False, 7e-4, "linear")
     config, _, typed = main.parse_args(["--env-name", "Pendulum-v1"])
     pendulum = recipes.with_env_defaults(config, typed)
     assert (pendulum.sde, pendulum.gamma, pendulum.total_steps, pendulum.num_envs) == (True, 0.9, 1_000_000, 8)
     config, _, typed = main.parse_args(["--env-name", "BipedalWalker-v3"])
     walker = recipes.with_env_defaults(config, typed)
-    assert (walker.sde, walker.num_envs, walker.rollout_size, walker.total_steps, walker.value_coeff, walker.lr,
-            walker.normalize_obs, walker.normalize_reward) == (True, 16, 8, 5_000_064, 0.4, 9.6e-4, True, True)
+    assert (
+        walker.sde,
+        walker.num_envs,
+        walker.rollout_size,
+        walker.total_steps,
+        walker.value_coeff,
+        walker.lr,
+        walker.normalize_obs,
+        walker.normalize_reward,
+    ) == (True, 16, 8, 5_000_064, 0.4, 9.6e-4, True, True)
     config, _, typed = main.parse_args(["--env-name", "LunarLanderContinuous-v3", "--algo", "grpo"])
     grpo = recipes.with_env_defaults(config, typed)  # GRPO has no critic whose targets reward normalization would scale
     assert (grpo.normalize_reward, grpo.normalize_obs, grpo.critic) == (False, True, False)

@@ -1,6 +1,7 @@
 """Seeding of an Atari vector env: env i of a vector seeded s plays the game that env 0 of a vector
 seeded s + i plays, on both env paths. (The same for gymnasium's vector envs: tests/test_vector_envs.py;
 the seeds a run makes: tests/test_cli.py.)"""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +14,7 @@ from envs import make_vec_env
 def test_each_env_of_a_vector_plays_its_own_seed(vec_env):
     """Env i of a vector seeded s plays the game of env 0 of a vector seeded s + i: under the same
     actions the envs of one vector play different games, each the one its own seed gives."""
+
     def play(seed: int, num_envs: int) -> np.ndarray:
         envs = make_vec_env("PongNoFrameskip-v4", num_envs, seed=seed, vec_env=vec_env)
         try:

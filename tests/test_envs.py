@@ -4,6 +4,7 @@ Random play on real games: same spaces and dtypes; rewards clipped for learning 
 logged returns are raw full-game scores; a life loss ends the learning episode but not the
 logged game; time limits are truncations with a terminal observation; seeds reproduce.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -16,8 +17,15 @@ from envs import make_vec_env
 PATHS = ["dummy", "ale"]
 
 
-def play_games(env_name: str, vec_env: str, games: int, num_envs: int = 2, seed: int = 0,
-               max_episode_frames=None, max_steps: int = 20_000):
+def play_games(
+    env_name: str,
+    vec_env: str,
+    games: int,
+    num_envs: int = 2,
+    seed: int = 0,
+    max_episode_frames=None,
+    max_steps: int = 20_000,
+):
     """Random play until ``games`` full games end; per game: raw score, frames, learning dones, clipped reward sum."""
     envs = make_vec_env(env_name, num_envs, seed=seed, vec_env=vec_env, max_episode_frames=max_episode_frames)
     rng = np.random.default_rng(seed)
@@ -36,9 +44,15 @@ def play_games(env_name: str, vec_env: str, games: int, num_envs: int = 2, seed:
                 if info.get("TimeLimit.truncated"):
                     truncations.append(info)
                 if "episode" in info:
-                    results.append(dict(score=info["episode"]["r"], frames=info["episode"]["l"],
-                                        dones=int(dones_in_game[i]), clipped=float(clipped_in_game[i]),
-                                        truncated=bool(info.get("TimeLimit.truncated"))))
+                    results.append(
+                        dict(
+                            score=info["episode"]["r"],
+                            frames=info["episode"]["l"],
+                            dones=int(dones_in_game[i]),
+                            clipped=float(clipped_in_game[i]),
+                            truncated=bool(info.get("TimeLimit.truncated")),
+                        )
+                    )
                     dones_in_game[i], clipped_in_game[i] = 0, 0.0
             if len(results) >= games:
                 break
@@ -53,8 +67,16 @@ def test_paths_have_the_same_spaces(env_name):
     for vec_env in PATHS:
         envs = make_vec_env(env_name, 2, seed=0, vec_env=vec_env)
         obs = envs.reset()
-        spaces.append((obs.shape, obs.dtype, envs.observation_space.shape, envs.observation_space.dtype,
-                       envs.action_space.n, envs.num_envs))
+        spaces.append(
+            (
+                obs.shape,
+                obs.dtype,
+                envs.observation_space.shape,
+                envs.observation_space.dtype,
+                envs.action_space.n,
+                envs.num_envs,
+            )
+        )
         envs.close()
     assert spaces[0] == spaces[1]
     assert spaces[0][:2] == ((2, 4, 84, 84), np.uint8)
@@ -98,12 +120,17 @@ def test_a_time_limit_beyond_the_games_own_cap_leaves_that_cap(vec_env):
     # An id whose own cap is 240 frames (Pong's is 108,000, too long to play out in a test).
     env_id = "PongCappedNoFrameskip-v0"
     if env_id not in gym.registry:
-        gym.register(env_id, entry_point="ale_py.env:AtariEnv",
-                     kwargs={**gym.registry["PongNoFrameskip-v4"].kwargs, "max_num_frames_per_episode": 240})
+        gym.register(
+            env_id,
+            entry_point="ale_py.env:AtariEnv",
+            kwargs={**gym.registry["PongNoFrameskip-v4"].kwargs, "max_num_frames_per_episode": 240},
+        )
     results, _, _ = play_games(env_id, vec_env, games=2, max_episode_frames=1_000)
     assert len(results) >= 2
     for game in results:
-        assert game["truncated"] and 240 <= game["frames"] < 240 + 4 + 30 * 4, "the id's cap, not 1,000 (plus no-op starts)"
+        assert game["truncated"] and 240 <= game["frames"] < 240 + 4 + 30 * 4, (
+            "the id's cap, not 1,000 (plus no-op starts)"
+        )
 
 
 def test_ale_path_same_seed_same_games_other_seed_other_games():
@@ -122,8 +149,9 @@ def test_ale_path_same_seed_same_games_other_seed_other_games():
 
 
 def test_runner_trains_on_the_ale_path(make_runner, tmp_path):
-    config = Config(num_envs=2, num_updates=30, vec_env="ale", max_episode_frames=200, tensorboard=False,
-                    progress=False, seed=5)
+    config = Config(
+        num_envs=2, num_updates=30, vec_env="ale", max_episode_frames=200, tensorboard=False, progress=False, seed=5
+    )
     runner = make_runner(config, tmp_path)
     state = runner.train()
     assert state.step == 30 * config.steps_per_update

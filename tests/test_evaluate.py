@@ -2,6 +2,7 @@
 
 Games are capped at a few hundred emulator frames so each one ends within a second or two.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,11 +20,10 @@ from stable_baselines3.common.atari_wrappers import NoopResetEnv
 from stable_baselines3.common.monitor import Monitor
 
 import main as cli
-from envs import _make_ale
-from envs import make_eval_envs
+from envs import _make_ale, make_eval_envs
 from evaluate import EvalResult, episode_shares, evaluate, summarize
-from video import GameRecorder
 from model import ActorCritic, build_model
+from video import GameRecorder
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -84,8 +84,16 @@ def test_eval_result_statistics_by_hand():
     assert (result.mean, result.std, result.median, result.min, result.max) == (5.0, 2.0, 4.5, 2.0, 9.0)
     assert EvalResult(scores=[-21.0, 3.0, -1.0]).median == -1.0
     d = result.to_dict()
-    assert d == {"episodes": 8, "mean": 5.0, "std": 2.0, "median": 4.5, "min": 2.0, "max": 9.0,
-                 "scores": result.scores, "lengths": result.lengths}
+    assert d == {
+        "episodes": 8,
+        "mean": 5.0,
+        "std": 2.0,
+        "median": 4.5,
+        "min": 2.0,
+        "max": 9.0,
+        "scores": result.scores,
+        "lengths": result.lengths,
+    }
     json.dumps(d)  # plain values only
     assert summarize(result) == "episodes: 8  mean: 5.00  std: 2.00  median: 4.50  min: 2.00  max: 9.00"
     assert math.isnan(EvalResult().mean)
@@ -225,8 +233,14 @@ def test_a_bfloat16_agent_casts_its_weights_once_a_game_and_plays_the_same(monke
         envs = make_eval_envs(GAME, 2, seed=3, protocol="classic", max_episode_frames=FRAMES)
         try:
             torch.manual_seed(0)
-            model = built_as(RecordingModel, envs.observation_space.shape, int(envs.action_space.n), recurrent=False,
-                                   arch="nature", bf16=True)
+            model = built_as(
+                RecordingModel,
+                envs.observation_space.shape,
+                int(envs.action_space.n),
+                recurrent=False,
+                arch="nature",
+                bf16=True,
+            )
             model.trace = []
             with WeightCasts(model.encoder.parameters()) as casts:
                 result = evaluate(model, envs, episodes=2, deterministic=True)
@@ -245,8 +259,15 @@ def test_a_bfloat16_agent_casts_its_weights_once_a_game_and_plays_the_same(monke
 
 # ------------------------------------------------------------------------------------------------ video
 def test_videos_hold_every_emulator_frame_and_name_episode_and_score(tmp_path):
-    envs = make_eval_envs(GAME, 2, seed=7, protocol="classic", video_dir=str(tmp_path),
-                          max_episodes_per_env=episode_shares(3, 2), max_episode_frames=FRAMES)
+    envs = make_eval_envs(
+        GAME,
+        2,
+        seed=7,
+        protocol="classic",
+        video_dir=str(tmp_path),
+        max_episodes_per_env=episode_shares(3, 2),
+        max_episode_frames=FRAMES,
+    )
     try:
         result = evaluate(model_for(envs), envs, episodes=3)
     finally:
@@ -263,8 +284,9 @@ def test_videos_hold_every_emulator_frame_and_name_episode_and_score(tmp_path):
     # Env 0 plays 1 game, env 1 plays 2; episode numbers are unique across envs.
     assert sorted((env, episode) for env, episode, _, _ in found) == [(0, 1), (1, 2), (1, 3)]
     # The screen after the reset and after each emulator frame: the Monitor's length + 1.
-    assert sorted((score, frames) for _, _, score, frames in found) == \
-        sorted((score, length + 1) for score, length in zip(result.scores, result.lengths))
+    assert sorted((score, frames) for _, _, score, frames in found) == sorted(
+        (score, length + 1) for score, length in zip(result.scores, result.lengths)
+    )
 
 
 def test_recorder_keeps_only_finished_games_of_its_share(tmp_path):
@@ -286,15 +308,33 @@ def test_recorder_keeps_only_finished_games_of_its_share(tmp_path):
     play_game()  # beyond its share: not recorded
     play_game(steps=5)  # cut short by close
     env.close()
-    assert sorted(os.listdir(tmp_path)) == [f"env03_episode005_score{first:g}.mp4",
-                                            f"env03_episode006_score{second:g}.mp4"]
+    assert sorted(os.listdir(tmp_path)) == [
+        f"env03_episode005_score{first:g}.mp4",
+        f"env03_episode006_score{second:g}.mp4",
+    ]
     assert video_frames(str(tmp_path / f"env03_episode006_score{second:g}.mp4")) == (31, (210, 160, 3))
 
 
 # ------------------------------------------------------------------------------------------------ command line
 def _train(log_dir, *extra: str) -> str:
-    code = cli.main(["--num-envs", "2", "--rollout-size", "5", "--no-progress", "--no-cuda", "--threads", "1",
-                     "--no-tensorboard", "--seed", "3", "--log-dir", str(log_dir), *extra])
+    code = cli.main(
+        [
+            "--num-envs",
+            "2",
+            "--rollout-size",
+            "5",
+            "--no-progress",
+            "--no-cuda",
+            "--threads",
+            "1",
+            "--no-tensorboard",
+            "--seed",
+            "3",
+            "--log-dir",
+            str(log_dir),
+            *extra,
+        ]
+    )
     assert code == 0
     (run,) = os.listdir(log_dir)
     return os.path.join(log_dir, run)
@@ -310,13 +350,39 @@ def runs(tmp_path_factory) -> dict[str, str]:
     return {"plain": plain, "icm": icm}
 
 
-@pytest.mark.parametrize("run, kind", [("plain", "a2c_best_loss"), ("plain", "a2c_best_reward"),
-                                       ("plain", "a2c_last"), ("icm", "a2c_best_reward"), ("icm", "a2c_last")])
+@pytest.mark.parametrize(
+    "run, kind",
+    [
+        ("plain", "a2c_best_loss"),
+        ("plain", "a2c_best_reward"),
+        ("plain", "a2c_last"),
+        ("icm", "a2c_best_reward"),
+        ("icm", "a2c_last"),
+    ],
+)
 def test_cli_eval_writes_json_for_every_checkpoint_kind(runs, run, kind, tmp_path, capsys):
     ckpt = os.path.join(runs[run], kind)
     out = tmp_path / "results.json"
-    code = cli.main(["--no-cuda", "--eval", "--load", ckpt, "--episodes", "2", "--json", str(out), "--max-episode-frames", "100",
-                     "--no-cuda", "--threads", "1", "--deterministic", "--protocol", "machado"])
+    code = cli.main(
+        [
+            "--no-cuda",
+            "--eval",
+            "--load",
+            ckpt,
+            "--episodes",
+            "2",
+            "--json",
+            str(out),
+            "--max-episode-frames",
+            "100",
+            "--no-cuda",
+            "--threads",
+            "1",
+            "--deterministic",
+            "--protocol",
+            "machado",
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     scores = [float(s) for s in lines[-2].removeprefix("scores: ").split()]
@@ -327,8 +393,7 @@ def test_cli_eval_writes_json_for_every_checkpoint_kind(runs, run, kind, tmp_pat
     assert (data["median"], data["min"], data["max"]) == (np.median(scores), min(scores), max(scores))
     assert data["checkpoint_step"] == torch.load(ckpt, weights_only=True)["step"]
     assert kind != "a2c_last" or data["checkpoint_step"] > 0  # a best-loss file may hold update 0 (step 0)
-    assert (data["protocol"], data["deterministic"], data["env_name"], data["episodes"]) == \
-        ("machado", True, GAME, 2)
+    assert (data["protocol"], data["deterministic"], data["env_name"], data["episodes"]) == ("machado", True, GAME, 2)
     assert data["checkpoint"] == os.path.abspath(ckpt) and data["max_episode_frames"] == 100
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
 
@@ -337,26 +402,42 @@ def test_cli_eval_refuses_bad_input(runs, tmp_path, one_line_error):
     last = os.path.join(runs["plain"], "a2c_last")
     assert "checkpoint not found: /no/such/ckpt" in one_line_error(["--eval", "--load", "/no/such/ckpt"])
     assert "6 actions; BreakoutNoFrameskip-v4 has 4" in one_line_error(
-        ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4", "--no-cuda"])
+        ["--eval", "--load", last, "--env-name", "BreakoutNoFrameskip-v4", "--no-cuda"]
+    )
     assert "with --full-action-space has 18" in one_line_error(
-        ["--eval", "--load", last, "--protocol", "machado", "--full-action-space", "--no-cuda"])
+        ["--eval", "--load", last, "--protocol", "machado", "--full-action-space", "--no-cuda"]
+    )
     assert "--protocol machado" in one_line_error(["--eval", "--load", last, "--full-action-space"])
     assert "cannot write --json file" in one_line_error(
-        ["--eval", "--load", last, "--json", str(tmp_path / "missing" / "r.json")])
+        ["--eval", "--load", last, "--json", str(tmp_path / "missing" / "r.json")]
+    )
     assert "invalid choice" in one_line_error(["--eval", "--load", last, "--protocol", "nope"])
     assert "not allowed with" in one_line_error(["--eval", "--load", last, "--deterministic", "--stochastic"])
-    assert "--eval-envs: expected a positive integer" in one_line_error(
-        ["--eval", "--load", last, "--eval-envs", "0"])
+    assert "--eval-envs: expected a positive integer" in one_line_error(["--eval", "--load", last, "--eval-envs", "0"])
 
 
 def test_cli_eval_flags_parse():
     _, args, typed = cli.parse_args(["--eval", "--load", "x"])
-    assert (args.deterministic, args.protocol, args.full_action_space, args.eval_envs, args.json, args.video) == \
-        (False, "classic", False, None, None, None)
-    _, args, typed = cli.parse_args(["--deterministic", "--stochastic"][:1] + ["--protocol", "machado",
-                                     "--full-action-space", "--eval-envs", "3", "--json", "r.json", "--video", "v"])
-    assert (args.deterministic, args.protocol, args.full_action_space, args.eval_envs, args.json, args.video) == \
-        (True, "machado", True, 3, "r.json", "v")
+    assert (args.deterministic, args.protocol, args.full_action_space, args.eval_envs, args.json, args.video) == (
+        False,
+        "classic",
+        False,
+        None,
+        None,
+        None,
+    )
+    _, args, typed = cli.parse_args(
+        ["--deterministic", "--stochastic"][:1]
+        + ["--protocol", "machado", "--full-action-space", "--eval-envs", "3", "--json", "r.json", "--video", "v"]
+    )
+    assert (args.deterministic, args.protocol, args.full_action_space, args.eval_envs, args.json, args.video) == (
+        True,
+        "machado",
+        True,
+        3,
+        "r.json",
+        "v",
+    )
     assert typed == set()  # evaluation flags are not run settings
     assert cli.parse_args(["--stochastic"])[1].deterministic is False
 

@@ -4,6 +4,7 @@ A frame size reaches every place frames are made or read: both env paths resize 
 alike, the network takes the frames it is given, and a run's evaluation, resume and ``--eval``
 play at the size it trained at.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,13 +13,13 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from test_cli import SMALL, run_cli
 
 import main as cli
 import recipes
 import training
 from config import Config
 from envs import make_eval_envs, make_vec_env
-from test_cli import SMALL, run_cli
 
 
 def first_frames(vec_env: str, frame_size: int) -> np.ndarray:
@@ -65,8 +66,9 @@ def test_a_run_at_42_pixels_trains_resumes_and_plays(tmp_path):
     resumed = run_cli("--resume", str(run_dir / "a2c_last"), "--num-updates", "6", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     assert torch.load(run_dir / "a2c_last", weights_only=True)["update"] == 6
-    played = run_cli("--eval", "--load", str(run_dir / "a2c_last"), "--episodes", "2", "--max-episode-frames", "120",
-                     "--no-cuda")
+    played = run_cli(
+        "--eval", "--load", str(run_dir / "a2c_last"), "--episodes", "2", "--max-episode-frames", "120", "--no-cuda"
+    )
     assert played.returncode == 0, played.stderr
     assert "episodes: 2" in played.stdout
     # The size is the network's: a resume cannot change it.
@@ -121,8 +123,11 @@ def test_a_typed_constant_entropy_bonus_drops_the_presets_decay_of_it():
     training.check_settings(constant)
     assert preset_config("--preset", "fast-cpu", "--entropy-decay-start", "0.5").entropy_decay_start == 0.5
     both = preset_config("--preset", "fast-cpu", "--lr-schedule", "constant", "--entropy-schedule", "constant")
-    assert all(cli.get_setting(both, name) == cli.get_setting(Config(), name)
-               for shape in recipes.DECAY_SHAPES.values() for name in shape)
+    assert all(
+        cli.get_setting(both, name) == cli.get_setting(Config(), name)
+        for shape in recipes.DECAY_SHAPES.values()
+        for name in shape
+    )
     training.check_settings(both)
 
 
@@ -141,14 +146,23 @@ def test_conv_filters_train_resume_and_play_at_the_checkpoints_width(tmp_path):
     assert cli.main(["--resume", last, "--conv-filters", "16", "--num-updates", "4", "--no-cuda"]) == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--conv-filters", "16", "--arch", "nature"], "--conv-filters is the width of the universe encoder"),
-    (["--conv-filters", "16", "--env-name", "CartPole-v1"], "--conv-filters shapes the conv encoder of Atari frames"),
-    (["--preset", "fast-cpu", "--env-name", "CartPole-v1"], "--preset fast-cpu is for Atari games, not CartPole-v1"),
-    (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu')"),
-    (["--frame-size", "20"], "--frame-size must be from 36 (the smallest frame the Nature CNN takes) to 210"),
-    (["--frame-size", "0"], "--frame-size: expected a positive integer, got '0'"),
-    (["--frame-size", "42", "--env-name", "LunarLander-v3"], "--frame-size is the size of an Atari frame"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--conv-filters", "16", "--arch", "nature"], "--conv-filters is the width of the universe encoder"),
+        (
+            ["--conv-filters", "16", "--env-name", "CartPole-v1"],
+            "--conv-filters shapes the conv encoder of Atari frames",
+        ),
+        (
+            ["--preset", "fast-cpu", "--env-name", "CartPole-v1"],
+            "--preset fast-cpu is for Atari games, not CartPole-v1",
+        ),
+        (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu')"),
+        (["--frame-size", "20"], "--frame-size must be from 36 (the smallest frame the Nature CNN takes) to 210"),
+        (["--frame-size", "0"], "--frame-size: expected a positive integer, got '0'"),
+        (["--frame-size", "42", "--env-name", "LunarLander-v3"], "--frame-size is the size of an Atari frame"),
+    ],
+)
 def test_bad_frame_sizes_and_presets_one_line_exit_2(argv, message, one_line_error):
     assert message in one_line_error(argv)

@@ -1,5 +1,6 @@
 """bench/gpu.py on a machine without a GPU: the env piece, the refusals, the results file, the
 Pong bookkeeping and bad input. Runs in-process, in a few seconds; nothing here times anything."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,20 @@ import pytest
 
 from bench import gpu
 
-ENV_KEYS = {"torch", "cuda", "cudnn", "gpu_name", "gpu_memory_gib", "bf16_supported", "cpu_count", "ale_py",
-            "stable_baselines3", "gymnasium", "git_commit", "command"}
+ENV_KEYS = {
+    "torch",
+    "cuda",
+    "cudnn",
+    "gpu_name",
+    "gpu_memory_gib",
+    "bf16_supported",
+    "cpu_count",
+    "ale_py",
+    "stable_baselines3",
+    "gymnasium",
+    "git_commit",
+    "command",
+}
 GPU_FIELDS = ("cudnn", "gpu_name", "gpu_memory_gib", "bf16_supported")
 
 
@@ -45,9 +58,20 @@ def test_gpu_pieces_refuse_without_cuda(no_cuda, tmp_path, capsys, piece):
     assert set(results) <= {"env"}  # `all` runs env first; nothing else is written
 
 
-@pytest.mark.parametrize("argv", [["bogus"], [], ["throughput", "--repeats", "0"], ["throughput", "--repeats", "-1"],
-                                  ["throughput", "--envs", "16", "0"], ["throughput", "--envs", "x"],
-                                  ["pong", "--minutes", "0"], ["pong", "--minutes", "inf"], ["env", "--nonsense"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bogus"],
+        [],
+        ["throughput", "--repeats", "0"],
+        ["throughput", "--repeats", "-1"],
+        ["throughput", "--envs", "16", "0"],
+        ["throughput", "--envs", "x"],
+        ["pong", "--minutes", "0"],
+        ["pong", "--minutes", "inf"],
+        ["env", "--nonsense"],
+    ],
+)
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv):
     assert gpu.main([*argv, "--out-dir", str(tmp_path)]) == 2
     one_error_line(capsys.readouterr().err)
@@ -62,8 +86,10 @@ def test_an_unwritable_out_dir_gets_exit_2(tmp_path, capsys):
 
 def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
     gpu.save(str(tmp_path), "smoke", {"summary": "3 passed, 1 skipped in 2.50s", "exit_code": 0}, ["smoke"])
-    cell = {"trainers": {"ours recurrent": {"steps_per_s": 3000.0, "rounds": [2900.0, 3100.0]}},
-            "ratios_over_sb3": {"ours recurrent": 3.0}}
+    cell = {
+        "trainers": {"ours recurrent": {"steps_per_s": 3000.0, "rounds": [2900.0, 3100.0]}},
+        "ratios_over_sb3": {"ours recurrent": 3.0},
+    }
     gpu.save(str(tmp_path), "throughput", {"16": {"trainers": {}}}, ["throughput", "--envs", "64"])
     gpu.save(str(tmp_path), "throughput", {"16": cell}, ["throughput", "--envs", "16"])  # each env count its own
     gpu.save(str(tmp_path), "throughput", {"64": {"ratios_over_sb3": {"ours recurrent": 3.5}}}, ["throughput"])
@@ -73,11 +99,15 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
     assert results["throughput"]["16"] == cell and results["throughput"]["command"] == "python -m bench.gpu throughput"
     rows = [line for line in (tmp_path / "gpu.md").read_text().splitlines() if line.startswith("| ")][1:]
     # Every figure once, by the keys that lead to it, the lists (each round's rate) left out.
-    assert rows == ["| smoke | summary | 3 passed, 1 skipped in 2.50s |", "| smoke | exit_code | 0 |",
-                    "| throughput | 16 / trainers / ours recurrent / steps_per_s | 3,000.00 |",
-                    "| throughput | 16 / ratios_over_sb3 / ours recurrent | 3.00 |",
-                    "| throughput | 64 / ratios_over_sb3 / ours recurrent | 3.50 |",
-                    "| pong | reached / 18 / env_steps | 2,000,000 |", "| pong | reached / 20 | - |"]
+    assert rows == [
+        "| smoke | summary | 3 passed, 1 skipped in 2.50s |",
+        "| smoke | exit_code | 0 |",
+        "| throughput | 16 / trainers / ours recurrent / steps_per_s | 3,000.00 |",
+        "| throughput | 16 / ratios_over_sb3 / ours recurrent | 3.00 |",
+        "| throughput | 64 / ratios_over_sb3 / ours recurrent | 3.50 |",
+        "| pong | reached / 18 / env_steps | 2,000,000 |",
+        "| pong | reached / 20 | - |",
+    ]
     # pong replaces its own entry; the others stay
     gpu.save(str(tmp_path), "pong", {"status": "done"}, ["pong"], replace=True)
     results = json.loads((tmp_path / "gpu.json").read_text())
@@ -107,8 +137,12 @@ def test_wall_seconds_add_up_across_pieces_without_the_pauses():
 
 def test_pong_summary_over_two_pieces():
     segments = [{"start": 0.0, "end": 540.0}, {"start": 10_000.0, "end": 10_540.0}]
-    points = [P(1_000_000, 10.0, 300.0), P(2_000_000, 18.2, 530.0), P(3_000_000, 19.0, 10_100.0),
-              P(3_500_000, 20.1, 10_400.0)]
+    points = [
+        P(1_000_000, 10.0, 300.0),
+        P(2_000_000, 18.2, 530.0),
+        P(3_000_000, 19.0, 10_100.0),
+        P(3_500_000, 20.1, 10_400.0),
+    ]
     state = gpu.pong_summary({"run_dir": "r", "segments": segments[:1]}, points[:2], 2_000_000, 10_000_000)
     assert state["reached"] == {"18": {"env_steps": 2_000_000, "wall_seconds": 530.0}, "20": None}
     assert not state["done"] and state["wall_seconds"] == 540.0 and state["last_mean100"] == 18.2

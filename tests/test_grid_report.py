@@ -1,6 +1,7 @@
 """The physics grid's report (physics_grid.py, bench/grid_report.py): cells inside the training physics
 told from held-out ones, random play's floor, the worst decile, the fraction of a specialist's
 ceiling, the heat maps, and a study's runs compared, with --baseline and --specialists."""
+
 from __future__ import annotations
 
 import glob
@@ -42,16 +43,20 @@ def lander_runs(tmp_path_factory) -> dict[str, str]:
 def lander_grid(run_dir: str, checkpoint: dict | None = None) -> dict:
     """One 5-step episode a cell: only the cells' marks matter here."""
     load = f"{run_dir}/a2c_last"
-    return evaluate_grid(load_model(load), "LunarLander-v3", 1, 0, checkpoint=checkpoint or load_checkpoint(load),
-                         max_episode_steps=5)
+    return evaluate_grid(
+        load_model(load), "LunarLander-v3", 1, 0, checkpoint=checkpoint or load_checkpoint(load), max_episode_steps=5
+    )
 
 
 # ------------------------------------------------------------------------------------------------ held out
 def test_a_run_on_the_default_physics_holds_out_every_lander_cell(lander_runs):
     grid = lander_grid(lander_runs["default"])
     # Gymnasium's gravity is -10, no value of the grid (-11, -9, ..., -1): no cell is the run's physics.
-    assert grid["training_ranges"] == {"gravity": [-10.0, -10.0], "wind_power": [0.0, 0.0],
-                                       "turbulence_power": [0.0, 0.0]}
+    assert grid["training_ranges"] == {
+        "gravity": [-10.0, -10.0],
+        "wind_power": [0.0, 0.0],
+        "turbulence_power": [0.0, 0.0],
+    }
     assert len(grid["cells"]) == 30 and not any(cell["inside"] for cell in grid["cells"])
     assert {"env_name", "axes", "fixed", "episodes", "episodes_per_env", "seed", "deterministic"} <= set(grid)
     assert all({"gravity", "wind_power", "mean", "std", "scores"} <= set(cell) for cell in grid["cells"])
@@ -85,16 +90,40 @@ def test_the_adr_ranges_a_checkpoint_holds_decide_the_cells_inside(lander_runs, 
     load = str(tmp_path / "adr_last")
     atomic_save(checkpoint, load)
     table, image = tmp_path / "grid.json", tmp_path / "grid.png"
-    assert main.main(["--eval", "--load", load, "--physics-grid", "--episodes", "1", "--max-episode-frames", "5",
-                      "--json", str(table), "--out", str(image), "--no-cuda"]) == 0
+    assert (
+        main.main(
+            [
+                "--eval",
+                "--load",
+                load,
+                "--physics-grid",
+                "--episodes",
+                "1",
+                "--max-episode-frames",
+                "5",
+                "--json",
+                str(table),
+                "--out",
+                str(image),
+                "--no-cuda",
+            ]
+        )
+        == 0
+    )
     grid = json.loads(table.read_text())
     # Gravity -9 and -7 lie in [-10, -6.5], wind power 0 and 5 in [0, 5] (turbulence 0 in [0, 0.5]).
-    assert {(c["gravity"], c["wind_power"]) for c in grid["cells"] if c["inside"]} == \
-        {(-9.0, 0.0), (-9.0, 5.0), (-7.0, 0.0), (-7.0, 5.0)}
+    assert {(c["gravity"], c["wind_power"]) for c in grid["cells"] if c["inside"]} == {
+        (-9.0, 0.0),
+        (-9.0, 5.0),
+        (-7.0, 0.0),
+        (-7.0, 5.0),
+    }
     held_out = np.mean([c["mean"] for c in grid["cells"] if not c["inside"]])
     inside = np.mean([c["mean"] for c in grid["cells"] if c["inside"]])
-    assert f"held out (26 cells) {held_out:.2f}, inside the training physics (4 cells) {inside:.2f}" in \
-        capsys.readouterr().out
+    assert (
+        f"held out (26 cells) {held_out:.2f}, inside the training physics (4 cells) {inside:.2f}"
+        in capsys.readouterr().out
+    )
     assert image.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -154,8 +183,7 @@ def hand_grid(means: list[list[float]], inside: list[list[bool]] | None = None) 
             if inside is not None:
                 cell["inside"] = inside[r][c]
             cells.append(cell)
-    return {"env_name": "CartPole-v1", "axes": axes, "episodes": 1, "episodes_per_env": [1], "seed": 0,
-            "cells": cells}
+    return {"env_name": "CartPole-v1", "axes": axes, "episodes": 1, "episodes_per_env": [1], "seed": 0, "cells": cells}
 
 
 def hand_ceilings() -> list[dict]:
@@ -163,11 +191,18 @@ def hand_ceilings() -> list[dict]:
     of 20; (10, 0.25) ceiling 200 over 0; (10, 0.5) ceiling (30 + 50) / 2 = 40, not above its floor 40."""
     floor = hand_grid([[20.0, 0.0], [0.0, 40.0]])
     specialists = {
-        "g5l25": ({"gravity": 5.0, "length": 0.25}, [{"seed": 1, "grid": hand_grid([[100.0, 0], [0, 0]])},
-                                                      {"seed": 2, "grid": hand_grid([[140.0, 0], [0, 0]])}]),
+        "g5l25": (
+            {"gravity": 5.0, "length": 0.25},
+            [
+                {"seed": 1, "grid": hand_grid([[100.0, 0], [0, 0]])},
+                {"seed": 2, "grid": hand_grid([[140.0, 0], [0, 0]])},
+            ],
+        ),
         "g10l25": ({"gravity": 10.0, "length": 0.25}, [{"seed": 1, "grid": hand_grid([[0, 0], [200.0, 0]])}]),
-        "g10l50": ({"gravity": 10.0, "length": 0.5}, [{"seed": 1, "grid": hand_grid([[0, 0], [0, 30.0]])},
-                                                       {"seed": 2, "grid": hand_grid([[0, 0], [0, 50.0]])}]),
+        "g10l50": (
+            {"gravity": 10.0, "length": 0.5},
+            [{"seed": 1, "grid": hand_grid([[0, 0], [0, 30.0]])}, {"seed": 2, "grid": hand_grid([[0, 0], [0, 50.0]])}],
+        ),
     }
     return grid_report.specialist_ceilings(specialists, floor)
 
@@ -175,20 +210,28 @@ def hand_ceilings() -> list[dict]:
 def test_a_run_s_grid_figures_by_hand():
     ceilings = hand_ceilings()
     assert [(c["specialist"], c["scores"], c["ceiling"], c["floor"]) for c in ceilings] == [
-        ("g5l25", [100.0, 140.0], 120.0, 20.0), ("g10l25", [200.0], 200.0, 0.0), ("g10l50", [30.0, 50.0], 40.0, 40.0)]
+        ("g5l25", [100.0, 140.0], 120.0, 20.0),
+        ("g10l25", [200.0], 200.0, 0.0),
+        ("g10l50", [30.0, 50.0], 40.0, 40.0),
+    ]
     agent = hand_grid([[70.0, 210.0], [50.0, 90.0]], inside=[[True, True], [False, False]])
     fractions = grid_report.ceiling_fractions(agent, ceilings)
-    assert [(f["gravity"], f["length"], f["score"]) for f in fractions] == [(5.0, 0.25, 70.0), (10.0, 0.25, 50.0),
-                                                                           (10.0, 0.5, 90.0)]
+    assert [(f["gravity"], f["length"], f["score"]) for f in fractions] == [
+        (5.0, 0.25, 70.0),
+        (10.0, 0.25, 50.0),
+        (10.0, 0.5, 90.0),
+    ]
     assert fractions[0]["fraction"] == 0.5  # (70 - 20) / (120 - 20)
     assert fractions[1]["fraction"] == 0.25  # (50 - 0) / (200 - 0)
     assert math.isnan(fractions[2]["fraction"])  # the specialist did no better than chance: left out
     assert grid_report.grid_summary(agent, solved=200.0, ceilings=ceilings) == {
         "mean": 105.0,  # (70 + 210 + 50 + 90) / 4
-        "worst": 50.0, "worst_decile": 50.0,  # 4 cells: the worst one
+        "worst": 50.0,
+        "worst_decile": 50.0,  # 4 cells: the worst one
         "held_out": 70.0,  # the gravity 10 row: (50 + 90) / 2
         "solved": 0.25,  # 210 alone
-        "ceiling_fraction": 0.375}  # (0.5 + 0.25) / 2
+        "ceiling_fraction": 0.375,
+    }  # (0.5 + 0.25) / 2
     assert "ceiling_fraction" not in grid_report.grid_summary(agent, solved=200.0)
 
 
@@ -196,21 +239,46 @@ def test_the_table_the_maps_and_the_json_of_a_comparison_by_hand(tmp_path):
     ceilings = hand_ceilings()
     inside_all = [[True, True], [True, True]]
     results = {
-        "plain": [{"seed": 1, "run_dir": "p1", "grid": hand_grid([[70.0, 210.0], [50.0, 90.0]], [[False] * 2] * 2),
-                   "default_physics": {"mean": 300.0}},
-                  {"seed": 2, "run_dir": "p2", "grid": hand_grid([[120.0, 0.0], [100.0, 10.0]], [[False] * 2] * 2),
-                   "default_physics": {"mean": 100.0}}],
-        "dr": [{"seed": 1, "run_dir": "d1", "grid": hand_grid([[120.0, 220.0], [150.0, 30.0]], inside_all),
-                "default_physics": {"mean": 50.0}}],
+        "plain": [
+            {
+                "seed": 1,
+                "run_dir": "p1",
+                "grid": hand_grid([[70.0, 210.0], [50.0, 90.0]], [[False] * 2] * 2),
+                "default_physics": {"mean": 300.0},
+            },
+            {
+                "seed": 2,
+                "run_dir": "p2",
+                "grid": hand_grid([[120.0, 0.0], [100.0, 10.0]], [[False] * 2] * 2),
+                "default_physics": {"mean": 100.0},
+            },
+        ],
+        "dr": [
+            {
+                "seed": 1,
+                "run_dir": "d1",
+                "grid": hand_grid([[120.0, 220.0], [150.0, 30.0]], inside_all),
+                "default_physics": {"mean": 50.0},
+            }
+        ],
     }
     out = str(tmp_path / "cmp")
-    text = grid_report.compare_grids(results, out, "the command", 200.0, baseline="plain", ceilings=ceilings,
-                               floor=hand_grid([[20.0, 0.0], [0.0, 40.0]]))
+    text = grid_report.compare_grids(
+        results,
+        out,
+        "the command",
+        200.0,
+        baseline="plain",
+        ceilings=ceilings,
+        floor=hand_grid([[20.0, 0.0], [0.0, 40.0]]),
+    )
     lines = text.splitlines()
     # plain: means 105 and 57.5 (their mean 81.25); worst cells 50 and 0; every cell held out; fractions
     # seed 1 (0.5 + 0.25) / 2 = 0.375, seed 2 ((120 - 20) / 100 + (100 - 0) / 200) / 2 = 0.75.
-    assert lines[4] == ("| plain | 1 2 | 81.2 (105.0, 57.5) | 25.0 (50.0, 0.0) | 81.2 (105.0, 57.5) "
-                        "| 200.0 (300.0, 100.0) | 12% (25%, 0%) | 0.56 (0.38, 0.75) | – |")
+    assert lines[4] == (
+        "| plain | 1 2 | 81.2 (105.0, 57.5) | 25.0 (50.0, 0.0) | 81.2 (105.0, 57.5) "
+        "| 200.0 (300.0, 100.0) | 12% (25%, 0%) | 0.56 (0.38, 0.75) | – |"
+    )
     # dr: mean 130, 30 - 81.25 = +48.75 over the baseline; no held-out cell; fractions 1 and 0.75.
     assert lines[5] == "| dr | 1 | 130.0 (130.0) | 30.0 (30.0) | – | 50.0 (50.0) | 25% (25%) | 0.88 (0.88) | +48.8 |"
     report = json.loads((tmp_path / "cmp.json").read_text())
@@ -232,8 +300,11 @@ def test_the_heat_maps_are_written_with_held_out_cells_and_differences(tmp_path)
 
 # ------------------------------------------------------------------------------------------------ a study's runs
 def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
-    for name, stamp, last in (("a_seed1", "20260101-000000", True), ("a_seed2", "20260101-000000", True),
-                              ("a_seed2", "20260102-000000", False)):  # a start that stopped before a2c_last
+    for name, stamp, last in (
+        ("a_seed1", "20260101-000000", True),
+        ("a_seed2", "20260101-000000", True),
+        ("a_seed2", "20260102-000000", False),
+    ):  # a start that stopped before a2c_last
         run_dir = tmp_path / name / f"CartPole-v1_{stamp}_seed{name[-1]}"
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text("{}")
@@ -242,7 +313,8 @@ def test_the_grid_plays_one_run_a_seed_the_one_training_resumes(tmp_path):
     (tmp_path / "ab_seed1" / "CartPole-v1_20260101-000000_seed1").mkdir(parents=True)  # another configuration
     assert grid_report.grid_run_dirs(str(tmp_path), "a") == [
         (1, str(tmp_path / "a_seed1" / "CartPole-v1_20260101-000000_seed1")),
-        (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2"))]
+        (2, str(tmp_path / "a_seed2" / "CartPole-v1_20260101-000000_seed2")),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +322,28 @@ def cartpole_runs(tmp_path_factory) -> str:
     """One-update CartPole runs as a study lays them out: plain (seeds 1, 2), dr (uniform draws) and two
     specialists, on a grid cell and off it."""
     root = tmp_path_factory.mktemp("study")
-    for name, seed, flags in (("plain", 1, []), ("plain", 2, []), ("dr", 1, ["--randomize-domain"]),
-                              ("spec", 1, ["--physics", "gravity=5,length=0.25"]),
-                              ("off", 1, ["--physics", "gravity=6,length=0.25"])):
-        assert main.main(["--env-name", "CartPole-v1", *TINY, "--seed", str(seed), "--log-dir",
-                          str(root / f"{name}_seed{seed}"), *flags]) == 0
+    for name, seed, flags in (
+        ("plain", 1, []),
+        ("plain", 2, []),
+        ("dr", 1, ["--randomize-domain"]),
+        ("spec", 1, ["--physics", "gravity=5,length=0.25"]),
+        ("off", 1, ["--physics", "gravity=6,length=0.25"]),
+    ):
+        assert (
+            main.main(
+                [
+                    "--env-name",
+                    "CartPole-v1",
+                    *TINY,
+                    "--seed",
+                    str(seed),
+                    "--log-dir",
+                    str(root / f"{name}_seed{seed}"),
+                    *flags,
+                ]
+            )
+            == 0
+        )
     return str(root)
 
 
@@ -271,15 +360,18 @@ def cartpole_study(cartpole_runs, tmp_path, monkeypatch) -> str:
     return shutil.copytree(cartpole_runs, str(tmp_path / "study"))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--configs", "nothing"], "no runs of nothing in --log-dir"),
-    (["--configs", "../up"], "not a configuration name: '../up'"),
-    (["--configs", "plain", "dr", "--baseline", "spec"], "--baseline: spec is not one of --configs (plain dr)"),
-    (["--configs", "plain", "--baseline", "plain"], "--baseline: --configs names no configuration to compare with"),
-    (["--configs", "plain", "--specialists", "plain"], "--specialists: plain: trained on the default physics"),
-    (["--configs", "plain", "--specialists", "off"], "gravity=6,length=0.25 is not a cell of the CartPole-v1 grid"),
-    (["--configs", "plain", "--episodes-default", "0"], "expected a positive integer, got '0'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--configs", "nothing"], "no runs of nothing in --log-dir"),
+        (["--configs", "../up"], "not a configuration name: '../up'"),
+        (["--configs", "plain", "dr", "--baseline", "spec"], "--baseline: spec is not one of --configs (plain dr)"),
+        (["--configs", "plain", "--baseline", "plain"], "--baseline: --configs names no configuration to compare with"),
+        (["--configs", "plain", "--specialists", "plain"], "--specialists: plain: trained on the default physics"),
+        (["--configs", "plain", "--specialists", "off"], "gravity=6,length=0.25 is not a cell of the CartPole-v1 grid"),
+        (["--configs", "plain", "--episodes-default", "0"], "expected a positive integer, got '0'"),
+    ],
+)
 def test_bad_comparisons_are_refused_before_anything_plays(cartpole_study, argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         grid_report.main(["--log-dir", cartpole_study, *argv])
@@ -289,8 +381,11 @@ def test_bad_comparisons_are_refused_before_anything_plays(cartpole_study, argv,
 
 def test_each_configuration_over_its_seeds(cartpole_study):
     assert grid_report.main(["--log-dir", cartpole_study, "--configs", "plain", "dr", "--episodes", "1"]) == 0
-    rows = [line for line in open(os.path.join(cartpole_study, "grid.md")).read().splitlines()
-            if line.startswith(("| plain", "| dr"))]
+    rows = [
+        line
+        for line in open(os.path.join(cartpole_study, "grid.md")).read().splitlines()
+        if line.startswith(("| plain", "| dr"))
+    ]
     assert rows[0].startswith("| plain | 1 2 |") and rows[1].startswith("| dr | 1 |")
     results = json.load(open(os.path.join(cartpole_study, "grid.json")))
     plain_means = [np.mean([c["mean"] for c in run["grid"]["cells"]]) for run in results["plain"]]
@@ -301,21 +396,42 @@ def test_each_configuration_over_its_seeds(cartpole_study):
     assert plain[7] == dr[7] == "–"  # no specialists, no ceiling
     defaults = [run["default_physics"] for run in results["plain"]]
     assert [d["episodes"] for d in defaults] == [30, 30]  # --episodes-default's default, on the default physics
-    assert f"{np.mean([d['mean'] for d in defaults]):.1f} ({defaults[0]['mean']:.1f}, {defaults[1]['mean']:.1f})" \
+    assert (
+        f"{np.mean([d['mean'] for d in defaults]):.1f} ({defaults[0]['mean']:.1f}, {defaults[1]['mean']:.1f})"
         in rows[0]
+    )
     assert all(os.path.exists(os.path.join(run["run_dir"], "a2c_last_physics_grid.png")) for run in results["dr"])
     assert open(os.path.join(cartpole_study, "grid.png"), "rb").read()[:4] == b"\x89PNG"
 
 
 def test_a_comparison_with_a_baseline_and_a_specialist(cartpole_study):
-    assert grid_report.main(["--log-dir", cartpole_study, "--configs", "plain", "dr", "--baseline", "plain",
-                             "--specialists", "spec", "--episodes", "2", "--episodes-default", "3"]) == 0
+    assert (
+        grid_report.main(
+            [
+                "--log-dir",
+                cartpole_study,
+                "--configs",
+                "plain",
+                "dr",
+                "--baseline",
+                "plain",
+                "--specialists",
+                "spec",
+                "--episodes",
+                "2",
+                "--episodes-default",
+                "3",
+            ]
+        )
+        == 0
+    )
     text = open(os.path.join(cartpole_study, "grid.md")).read()
     results = json.load(open(os.path.join(cartpole_study, "grid.json")))
     report = results["_report"]
     (ceiling,) = report["ceilings"]
-    spec_grid = json.load(open(glob.glob(os.path.join(cartpole_study, "spec_seed1", "*",
-                                                      "a2c_last_physics_grid.json"))[0]))
+    spec_grid = json.load(
+        open(glob.glob(os.path.join(cartpole_study, "spec_seed1", "*", "a2c_last_physics_grid.json"))[0])
+    )
     assert (ceiling["gravity"], ceiling["length"], ceiling["specialist"]) == (5.0, 0.25, "spec")
     assert ceiling["ceiling"] == grid_report.cell_mean(spec_grid, {"gravity": 5.0, "length": 0.25})
     assert ceiling["floor"] == grid_report.cell_mean(report["floor"], {"gravity": 5.0, "length": 0.25})

@@ -1,6 +1,7 @@
 """GRPO (``--algo grpo``): group advantages worked by hand, the all-equal group, masking of finished
 members, the reduction to REINFORCE with a group baseline, the clipped ratio and the k3 KL, groups
 that start alike, and runs through ``main.py`` (checkpoints without a critic, resume, eval, bad input)."""
+
 from __future__ import annotations
 
 import glob
@@ -16,14 +17,13 @@ import checkpoints
 import main as cli
 import seeds
 from algorithms import make_agent
+from callbacks import PhysicsHistograms
 from config import Config, with_settings
 from envs import action_size, make_vec_env
-from seeds import group_seeds
-from grpo import (GroupBatch, GroupCollector, GRPOAgent, episode_returns, group_advantages, grpo_loss,
-                  k3_kl)
-from callbacks import PhysicsHistograms
-from runner import Runner
+from grpo import GroupBatch, GroupCollector, GRPOAgent, episode_returns, group_advantages, grpo_loss, k3_kl
 from model import build_model
+from runner import Runner
+from seeds import group_seeds
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -178,10 +178,12 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
     penalty the reference is a frozen copy, refreshed after ref_interval updates."""
     agent = tiny_agent(group_size=2, update_epochs=4, minibatches=1, kl_coeff=0.1, ref_interval=2)
     batch = tiny_batch(agent, torch.tensor([[1.0, 0.0]] * 3), torch.ones(3, 2))  # member 0 wins
+
     def log_prob_of(member: int) -> float:
         with torch.no_grad():
             dist = agent.sequence_policy(batch, torch.tensor([member]))
             return float(dist.log_prob(batch.actions[:, [member]]).sum())
+
     winner, loser = log_prob_of(0), log_prob_of(1)
     reference = [p.clone() for p in agent.reference.parameters()]
     stats = agent.update(batch, 0)
@@ -194,11 +196,27 @@ def test_learning_raises_the_better_members_actions_and_the_reference_follows():
 
 # ------------------------------------------------------------------------------------------------ the runner
 def group_runner(tmp_path, **settings) -> Runner:
-    config = with_settings(Config(env_name="CartPole-v1", algo="grpo", critic=False, recurrent=False, num_envs=6,
-                                  seed=5, tensorboard=False, progress=False, **settings), {"group.size": 3})
+    config = with_settings(
+        Config(
+            env_name="CartPole-v1",
+            algo="grpo",
+            critic=False,
+            recurrent=False,
+            num_envs=6,
+            seed=5,
+            tensorboard=False,
+            progress=False,
+            **settings,
+        ),
+        {"group.size": 3},
+    )
     seeds.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, seed=config.seed,
-                        randomize=config.randomize_every if config.randomize_domain == "uniform" else None)
+    envs = make_vec_env(
+        config.env_name,
+        config.num_envs,
+        seed=config.seed,
+        randomize=config.randomize_every if config.randomize_domain == "uniform" else None,
+    )
     num_actions, continuous = action_size(envs.action_space)
     agent = make_agent(config, envs.observation_space.shape, num_actions, continuous=continuous)
     # CartPole's time limit: rounds of 500 steps at most
@@ -224,7 +242,7 @@ def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after
         for i, length in enumerate(lengths.long().tolist()):
             assert first.mask[:length, i].all() and not first.mask[length:, i].any()
         # CartPole gives 1 a step: a member's return is sum_k 0.99^k over its own steps.
-        assert_close(first.returns, (1 - 0.99 ** lengths) / (1 - 0.99))
+        assert_close(first.returns, (1 - 0.99**lengths) / (1 - 0.99))
         runner.state.update += 1
         second = runner.collect()
         assert not torch.equal(second.obs[0, 0], obs[0])  # a new round, new seeds
@@ -234,8 +252,24 @@ def test_groups_start_alike_rounds_and_groups_apart_and_members_are_masked_after
 
 
 # ------------------------------------------------------------------------------------------------ main.py
-GRPO = ["--env-name", "CartPole-v1", "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--no-progress", "--no-cuda",
-        "--threads", "1", "--horizon", "60", "--log-interval", "1"]
+GRPO = [
+    "--env-name",
+    "CartPole-v1",
+    "--algo",
+    "grpo",
+    "--num-envs",
+    "4",
+    "--group-size",
+    "2",
+    "--no-progress",
+    "--no-cuda",
+    "--threads",
+    "1",
+    "--horizon",
+    "60",
+    "--log-interval",
+    "1",
+]
 
 
 def test_a_grpo_run_through_main_checkpoints_resumes_exactly_and_plays(tmp_path):
@@ -270,8 +304,17 @@ def test_grpo_logs_its_statistics_on_the_env_step_axis(tmp_path):
     acc = EventAccumulator(run_dir)
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for tag in ("grpo/skipped_groups", "grpo/clip_fraction", "grpo/approx_kl", "grpo/group_return_mean",
-                "grpo/group_return_std", "loss/entropy", "loss/policy", "episode/return", "train/grad_norm"):
+    for tag in (
+        "grpo/skipped_groups",
+        "grpo/clip_fraction",
+        "grpo/approx_kl",
+        "grpo/group_return_mean",
+        "grpo/group_return_std",
+        "loss/entropy",
+        "loss/policy",
+        "episode/return",
+        "train/grad_norm",
+    ):
         assert tag in tags, tag
     assert "loss/value" not in tags and "train/explained_variance" not in tags
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -286,36 +329,75 @@ def test_grpo_logs_its_statistics_on_the_env_step_axis(tmp_path):
 def test_grpo_learns_cartpole(tmp_path):
     """A broken sign or baseline would stay near random play (about 22): the defaults (4 groups of
     8) lift CartPole's mean return far above it within 30,000 env steps."""
-    argv = ["--env-name", "CartPole-v1", "--algo", "grpo", "--max-env-steps", "30000", "--no-progress", "--no-cuda",
-            "--threads", "1", "--log-dir", str(tmp_path)]
+    argv = [
+        "--env-name",
+        "CartPole-v1",
+        "--algo",
+        "grpo",
+        "--max-env-steps",
+        "30000",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
     assert np.mean(returns[-32:]) > 80, returns[-32:]
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([*GRPO[:6], "--group-size", "1"], "--group-size must be at least 2"),
-    ([*GRPO[:6], "--group-size", "3"], "--group-size 3 must divide --num-envs 4"),
-    ([*GRPO, "--icm"], "--icm is for --algo a2c"),
-    ([*GRPO, "--critic"], "--critic is for --algo a2c"),
-    ([*GRPO, "--normalize-reward"], "--normalize-reward is for --algo a2c"),
-    (["--env-name", "PongNoFrameskip-v4", "--algo", "grpo"], "works on vector-observation envs"),
-    (["--env-name", "CartPole-v1", "--group-size", "4"], "--group-size is for --algo grpo"),
-    (["--env-name", "CartPole-v1", "--no-group-std"], "--group-scale-by-std is for --algo grpo"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([*GRPO[:6], "--group-size", "1"], "--group-size must be at least 2"),
+        ([*GRPO[:6], "--group-size", "3"], "--group-size 3 must divide --num-envs 4"),
+        ([*GRPO, "--icm"], "--icm is for --algo a2c"),
+        ([*GRPO, "--critic"], "--critic is for --algo a2c"),
+        ([*GRPO, "--normalize-reward"], "--normalize-reward is for --algo a2c"),
+        (["--env-name", "PongNoFrameskip-v4", "--algo", "grpo"], "works on vector-observation envs"),
+        (["--env-name", "CartPole-v1", "--group-size", "4"], "--group-size is for --algo grpo"),
+        (["--env-name", "CartPole-v1", "--no-group-std"], "--group-scale-by-std is for --algo grpo"),
+    ],
+)
 def test_bad_grpo_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
     assert not os.listdir(tmp_path)  # refused before a run directory was made
 
 
-@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", ["--vec-env", "async"]),  # Gaussian policy
-                                              ("CartPole-v1", ["--recurrent", "--randomize-domain"])])
+@pytest.mark.parametrize(
+    "env_name, flags",
+    [
+        ("Pendulum-v1", ["--vec-env", "async"]),  # Gaussian policy
+        ("CartPole-v1", ["--recurrent", "--randomize-domain"]),
+    ],
+)
 def test_grpo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
     """Continuous actions (a Gaussian's log-probs of whole episodes), a recurrent policy (run over
     each minibatch's episodes from their zero state) and randomized physics all train and save."""
-    argv = ["--env-name", env_name, "--algo", "grpo", "--num-envs", "4", "--group-size", "2", "--horizon", "40",
-            "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path), *flags]
+    argv = [
+        "--env-name",
+        env_name,
+        "--algo",
+        "grpo",
+        "--num-envs",
+        "4",
+        "--group-size",
+        "2",
+        "--horizon",
+        "40",
+        "--num-updates",
+        "2",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+        *flags,
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -334,7 +416,8 @@ def test_sigterm_stops_a_grpo_run_after_its_round_and_it_resumes(tmp_path):
     from tiny_run import stop_after_first_last
 
     proc, last_path, out, err = stop_after_first_last(
-        [*GRPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGTERM)
+        [*GRPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGTERM
+    )
     assert proc.returncode == 0, err
     final = out.strip().splitlines()[-1]
     last = checkpoints.load_checkpoint(last_path)

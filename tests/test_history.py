@@ -1,6 +1,7 @@
 """What the policy sees of a vector-observation env besides its observation (``gym_vec_env.ObservationWindow``,
 ``--obs-history``, ``--prev-action-reward``): the layout worked by hand, the reset, the vector env's
 same-step autoreset, and a run that trains, plays, resumes and refuses what it cannot take."""
+
 from __future__ import annotations
 
 import glob
@@ -56,14 +57,28 @@ def test_the_vector_env_ends_an_episode_with_its_own_history_and_starts_the_next
 
 def test_a_run_with_a_history_trains_plays_and_keeps_it(tmp_path, capsys):
     flags = ["--num-updates", "1", "--num-envs", "2", "--threads", "1", "--no-cuda", "--no-progress"]
-    assert main.main(["--env-name", "CartPole-v1", "--obs-history", "2", "--prev-action-reward",
-                      "--log-dir", str(tmp_path), *flags]) == 0
+    assert (
+        main.main(
+            [
+                "--env-name",
+                "CartPole-v1",
+                "--obs-history",
+                "2",
+                "--prev-action-reward",
+                "--log-dir",
+                str(tmp_path),
+                *flags,
+            ]
+        )
+        == 0
+    )
     run_dir = glob.glob(f"{tmp_path}/CartPole-v1_*")[0]
     assert main.main(["--eval", "--load", f"{run_dir}/a2c_last", "--episodes", "2", "--no-cuda"]) == 0
     assert "episodes: 2" in capsys.readouterr().out
-    assert main.main(["--resume", f"{run_dir}/a2c_last", "--obs-history", "3", "--num-updates", "2",
-                      "--no-cuda"]) == 2
+    assert main.main(["--resume", f"{run_dir}/a2c_last", "--obs-history", "3", "--num-updates", "2", "--no-cuda"]) == 2
     assert "--obs-history" in capsys.readouterr().err
-    assert main.main(["--env-name", "PongNoFrameskip-v4", "--obs-history", "2", "--log-dir", str(tmp_path),
-                      "--no-cuda"]) == 2
+    assert (
+        main.main(["--env-name", "PongNoFrameskip-v4", "--obs-history", "2", "--log-dir", str(tmp_path), "--no-cuda"])
+        == 2
+    )
     assert "are for vector observations" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The Intrinsic Curiosity Module and its plug-in slot in the agent."""
+
 from __future__ import annotations
 
 import copy
@@ -10,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from recording_writer import RecordingWriter
 
 from agent import a2c_loss, load_model, make_optimizer
 from algorithms import load_agent, make_agent
 from config import Config, Curiosity
 from icm import ICM, RunningStd
-from model import ActorCritic, build_model
+from model import ActorCritic
 from runner import Runner
 from storage import RolloutStorage, compute_returns
-from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -67,7 +68,9 @@ def test_intrinsic_reward_matches_hand_computation_and_masks_boundaries():
     masked = icm.rewards(HAND_OBS, HAND_NEXT, HAND_ACTIONS, torch.tensor([[1.0, 0.0]]))
     assert masked[0].tolist() == pytest.approx([0.05, 0.0])
     # Losses skip invalid transitions too: only the first one counts.
-    terms = {k: v.detach() for k, v in icm.losses(HAND_OBS, HAND_NEXT, HAND_ACTIONS, torch.tensor([[1.0, 0.0]])).items()}
+    terms = {
+        k: v.detach() for k, v in icm.losses(HAND_OBS, HAND_NEXT, HAND_ACTIONS, torch.tensor([[1.0, 0.0]])).items()
+    }
     assert float(terms["inverse"]) == pytest.approx(CE[0], rel=1e-6)
     assert float(terms["forward"]) == pytest.approx(FORWARD[0], rel=1e-6)
 
@@ -105,7 +108,6 @@ def test_both_losses_train_the_features():
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in icm.forward_model.parameters())
 
 
-
 def test_without_forward_grad_only_the_inverse_loss_trains_the_features():
     """--no-icm-forward-grad: the forward loss trains the forward model and leaves phi alone."""
     torch.manual_seed(0)
@@ -127,16 +129,19 @@ def test_without_forward_grad_only_the_inverse_loss_trains_the_features():
 
 def test_forward_grad_flag_reaches_the_module():
     from algorithms import make_agent
+
     for on in (True, False):
-        agent = make_agent(Config(curiosity=Curiosity(enabled=True, forward_trains_encoder=on), cuda=False),
-                                  (4, 42, 42), 3)
+        agent = make_agent(
+            Config(curiosity=Curiosity(enabled=True, forward_trains_encoder=on), cuda=False), (4, 42, 42), 3
+        )
         assert agent.intrinsic.forward_trains_phi is on
+
 
 # ------------------------------------------------------------------------------ learning on a toy world
 def corridor_frame(position: int, cells: int = 8) -> torch.Tensor:
     """A 1x42x42 frame with a bright 5-pixel block at ``position`` along a corridor."""
     frame = torch.zeros(1, 42, 42, dtype=torch.uint8)
-    frame[0, 18:24, 5 * position:5 * position + 5] = 255
+    frame[0, 18:24, 5 * position : 5 * position + 5] = 255
     return frame
 
 
@@ -153,8 +158,8 @@ def corridor_transitions(positions: list[int], cells: int = 8):
 def test_inverse_model_learns_and_curiosity_fades_for_familiar_transitions():
     torch.manual_seed(0)
     icm = ICM((1, 42, 42), 2, eta=1.0)
-    familiar = corridor_transitions([1, 2, 3])      # seen over and over
-    novel = corridor_transitions([5, 6])             # never seen in training
+    familiar = corridor_transitions([1, 2, 3])  # seen over and over
+    novel = corridor_transitions([5, 6])  # never seen in training
     valid = torch.ones(familiar[2].shape)
     before = icm.losses(*familiar, valid)["inverse_accuracy"]
     optimizer = torch.optim.Adam(icm.parameters(), lr=1e-3)
@@ -177,9 +182,15 @@ def filled_storage(T=3, N=2, obs_shape=(1, 42, 42), seed=0) -> RolloutStorage:
     dones = torch.zeros(T, N)
     dones[1, 0] = 1.0
     for t in range(T):
-        storage.insert(t, torch.randint(0, 256, (N, *obs_shape), dtype=torch.uint8, generator=g),
-                       dones[t - 1] if t else torch.ones(N), torch.randint(0, 2, (N,), generator=g),
-                       torch.randn(N, generator=g), torch.randn(N, generator=g), dones[t])
+        storage.insert(
+            t,
+            torch.randint(0, 256, (N, *obs_shape), dtype=torch.uint8, generator=g),
+            dones[t - 1] if t else torch.ones(N),
+            torch.randint(0, 2, (N,), generator=g),
+            torch.randn(N, generator=g),
+            torch.randn(N, generator=g),
+            dones[t],
+        )
     storage.start((torch.zeros(N, 16), torch.zeros(N, 16)))
     storage.finish(torch.randint(0, 256, (N, *obs_shape), dtype=torch.uint8, generator=g), torch.randn(N, generator=g))
     return storage
@@ -197,13 +208,16 @@ def test_icm_rewards_join_returns_and_vanish_at_episode_ends():
     intrinsic = batch.reward_parts["intrinsic"]
     assert intrinsic[1, 0] == 0 and (intrinsic >= 0).all() and intrinsic.sum() > 0
     # extrinsic_coeff 0: the returns are those of the intrinsic rewards alone.
-    expected, _ = compute_returns(intrinsic + storage.bootstrap, storage.values, storage.dones, storage.last_values,
-                                  agent.gamma, agent.gae_lambda)
+    expected, _ = compute_returns(
+        intrinsic + storage.bootstrap, storage.values, storage.dones, storage.last_values, agent.gamma, agent.gae_lambda
+    )
     assert torch.equal(batch.returns, expected)
     assert torch.equal(batch.next_obs[0], storage.obs[1]) and torch.equal(batch.next_obs[-1], storage.last_obs)
     terms = {k: v.detach() for k, v in agent.loss(batch).items()}
     assert float(terms["total"]) == pytest.approx(
-        0.1 * float(terms["a2c_total"]) + 0.8 * float(terms["icm/inverse"]) + 0.2 * float(terms["icm/forward"]), rel=1e-5)
+        0.1 * float(terms["a2c_total"]) + 0.8 * float(terms["icm/inverse"]) + 0.2 * float(terms["icm/forward"]),
+        rel=1e-5,
+    )
 
 
 def test_no_icm_update_is_bit_for_bit_plain_a2c():
@@ -219,8 +233,9 @@ def test_no_icm_update_is_bit_for_bit_plain_a2c():
     assert batch.reward_parts == {} and batch.next_obs is None
     agent.update(batch)
     # by hand
-    returns, advantages = compute_returns(storage.rewards, storage.values, storage.dones, storage.last_values,
-                                          config.gamma, config.gae_lambda)
+    returns, advantages = compute_returns(
+        storage.rewards, storage.values, storage.dones, storage.last_values, config.gamma, config.gae_lambda
+    )
     logits, values, _ = reference.forward_sequence(storage.obs, storage.initial_state, storage.episode_starts)
     loss = a2c_loss(logits, values, storage.actions, returns, advantages, config.value_coeff, config.entropy_coeff)
     loss["total"].backward()
@@ -297,7 +312,9 @@ def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
     from memory_env import make_memory_vec_env
 
     torch.manual_seed(0)
-    config = small_config(curiosity=Curiosity(enabled=True), num_envs=2, rollout_size=4, num_updates=3, n_stack=1, log_interval=1)
+    config = small_config(
+        curiosity=Curiosity(enabled=True), num_envs=2, rollout_size=4, num_updates=3, n_stack=1, log_interval=1
+    )
     envs = make_memory_vec_env(config.num_envs, seed=0, length=4, n_stack=1)
     agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     batches = []
@@ -308,8 +325,11 @@ def test_intrinsic_episode_returns_sum_the_episode_rewards(tmp_path):
     envs.close()
     logged = [(v, step) for tag, v, step in writer.scalars if tag == "episode/return_intrinsic"]
     # Env i's episode ends at the rollout's last step (t = 3): the (2 * 3 + i + 1)-th env step of update u's 8.
-    expected = [(float(b.reward_parts["intrinsic"][:, i].sum()), 8 * u + 2 * 3 + i + 1)
-                for u, b in enumerate(batches) for i in range(2)]
+    expected = [
+        (float(b.reward_parts["intrinsic"][:, i].sum()), 8 * u + 2 * 3 + i + 1)
+        for u, b in enumerate(batches)
+        for i in range(2)
+    ]
     assert len(logged) == 6
     assert [step for _, step in logged] == [step for _, step in expected]
     assert [v for v, _ in logged] == pytest.approx([v for v, _ in expected], rel=1e-5)

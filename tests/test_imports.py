@@ -1,5 +1,6 @@
 """The project's modules import one another in one direction: no cycle, not even through an import
 made inside a function (which only hides a cycle from Python until that function runs)."""
+
 from __future__ import annotations
 
 import ast
@@ -12,8 +13,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def project_modules() -> dict[str, str]:
     """Module name -> path, for the top-level modules and the packages' modules (``nets.heads``)."""
     paths = glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(ROOT, "*", "__init__.py"))
-    paths += [p for p in glob.glob(os.path.join(ROOT, "*", "*.py")) if os.path.exists(
-        os.path.join(os.path.dirname(p), "__init__.py"))]
+    paths += [
+        p
+        for p in glob.glob(os.path.join(ROOT, "*", "*.py"))
+        if os.path.exists(os.path.join(os.path.dirname(p), "__init__.py"))
+    ]
     modules = {}
     for path in paths:
         rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
@@ -45,7 +49,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:

@@ -1,5 +1,6 @@
 """A network refuses observations of another shape than it was built for, in one line, rather than
 playing them badly: the universe encoder's adaptive pooling would take frames of any size."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def test_frames_of_another_size_are_refused(recurrent):
 
 
 def test_a_loaded_agent_refuses_them_too(tmp_path):
-    from algorithms import load_agent
     from tiny_run import train
+
+    from algorithms import load_agent
 
     run = train(tmp_path, "--env-name", "PongNoFrameskip-v4", "--frame-size", "64", "--num-updates", "1")
     model = load_agent(f"{run}/a2c_last").model

@@ -1,5 +1,6 @@
 """agent.a2c_loss and A2CAgent.update: hand-computed loss terms, constant targets, clipping,
 loss then step, skipping non-finite batches, and determinism."""
+
 import copy
 import math
 
@@ -64,8 +65,8 @@ HAND = dict(
 )
 H0 = math.log(2.0)
 H1 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-HAND_POLICY = -(math.log(0.5) * 1.0 + math.log(0.25) * 0.5) / 2   # = log 2 = 0.6931...
-HAND_VALUE = ((1.5 - 0.5) ** 2 + (1.0 - (-1.0)) ** 2) / 2         # = (1 + 4) / 2 = 2.5
+HAND_POLICY = -(math.log(0.5) * 1.0 + math.log(0.25) * 0.5) / 2  # = log 2 = 0.6931...
+HAND_VALUE = ((1.5 - 0.5) ** 2 + (1.0 - (-1.0)) ** 2) / 2  # = (1 + 4) / 2 = 2.5
 HAND_ENTROPY = (H0 + H1) / 2
 
 
@@ -83,8 +84,8 @@ def test_a2c_loss_terms_match_hand_computation():
 def test_loss_terms_are_means_not_sums_over_steps():
     """Repeating the same samples (T doubled, or spread over N envs) leaves every term unchanged:
     entropy in particular is a mean of per-sample entropies, not a sum over steps."""
-    doubled = {k: torch.cat([v, v], dim=0) for k, v in HAND.items()}    # T = 4
-    widened = {k: torch.cat([v, v], dim=1) for k, v in HAND.items()}    # N = 2
+    doubled = {k: torch.cat([v, v], dim=0) for k, v in HAND.items()}  # T = 4
+    widened = {k: torch.cat([v, v], dim=1) for k, v in HAND.items()}  # N = 2
     for inputs in (doubled, widened):
         terms = a2c_loss(**inputs, value_coeff=0.5, entropy_coeff=0.01)
         assert terms["entropy"].item() == pytest.approx(HAND_ENTROPY, abs=1e-6)
@@ -99,7 +100,7 @@ def test_advantages_and_returns_are_constants():
     logits = HAND["logits"].clone().requires_grad_(True)
     values = HAND["values"].clone().requires_grad_(True)
     returns_leaf = HAND["returns"].clone().requires_grad_(True)
-    advantages = returns_leaf - values          # a graph-attached advantage, as a buggy caller would pass
+    advantages = returns_leaf - values  # a graph-attached advantage, as a buggy caller would pass
     terms = a2c_loss(logits, values, HAND["actions"], returns_leaf, advantages, vc, 0.01)
     terms["total"].backward()
     # V - R = [.5 - 1.5, -1 - 1] = [-1, -2]; vc*2/n = .5*2/2 = .5  ->  [-0.5, -1.0]
@@ -114,8 +115,14 @@ def test_gradients_reach_both_heads_lstm_and_encoder():
     logits, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
     terms = a2c_loss(logits, values, batch.actions, batch.returns, batch.advantages, 0.5, 0.01)
     terms["total"].backward()
-    for name in ["policy.linear.weight", "critic.linear.weight", "core.cell.weight_ih", "core.cell.weight_hh",
-                 "encoder.convs.0.weight", "encoder.convs.6.weight"]:
+    for name in [
+        "policy.linear.weight",
+        "critic.linear.weight",
+        "core.cell.weight_ih",
+        "core.cell.weight_hh",
+        "encoder.convs.0.weight",
+        "encoder.convs.6.weight",
+    ]:
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
 
@@ -172,8 +179,13 @@ def test_loss_leaves_the_weights_and_step_applies_that_loss():
     again = A2CAgent(make_model(), lr=1e-2)
     updated = again.update(make_batch(again.model))
     assert {name: value for name, value in updated.items() if name in stats} == stats
-    assert set(updated) - set(stats) == {"explained_variance", "rollout/value_mean", "rollout/return_mean",
-                                         "rollout/advantage_mean", "rollout/advantage_std"}
+    assert set(updated) - set(stats) == {
+        "explained_variance",
+        "rollout/value_mean",
+        "rollout/return_mean",
+        "rollout/advantage_mean",
+        "rollout/advantage_std",
+    }
     assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(again.model.parameters(), model.parameters()))
 
 
@@ -249,8 +261,21 @@ def test_a_run_without_a_critic_trains_saves_plays_and_keeps_its_choice(tmp_path
     import main
     from checkpoints import load_checkpoint
 
-    argv = ["--env-name", "CartPole-v1", "--num-envs", "2", "--num-updates", "4", "--no-critic", "--no-progress",
-            "--log-dir", str(tmp_path), "--no-cuda", "--threads", "1"]
+    argv = [
+        "--env-name",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--num-updates",
+        "4",
+        "--no-critic",
+        "--no-progress",
+        "--log-dir",
+        str(tmp_path),
+        "--no-cuda",
+        "--threads",
+        "1",
+    ]
     assert main.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = load_checkpoint(f"{run_dir}/a2c_last")
@@ -277,9 +302,16 @@ def test_normalized_advantages_worked_by_hand():
 def test_the_agent_normalizes_advantages_only_when_asked():
     torch.manual_seed(0)
     model = build_model((3,), 2, recurrent=False)
-    batch = Batch(obs=torch.randn(2, 1, 3), episode_starts=torch.zeros(2, 1), actions=HAND["actions"],
-                  returns=HAND["returns"], advantages=HAND["advantages"], values=torch.zeros(2, 1),
-                  log_probs=torch.zeros(2, 1), initial_state=())
+    batch = Batch(
+        obs=torch.randn(2, 1, 3),
+        episode_starts=torch.zeros(2, 1),
+        actions=HAND["actions"],
+        returns=HAND["returns"],
+        advantages=HAND["advantages"],
+        values=torch.zeros(2, 1),
+        log_probs=torch.zeros(2, 1),
+        initial_state=(),
+    )
     plain, normalized = (A2CAgent(model, normalize_advantages=flag).loss(batch) for flag in (False, True))
     logits = model.forward_sequence(batch.obs, (), batch.episode_starts)[0]
     log_probs = torch.distributions.Categorical(logits=logits).log_prob(batch.actions)

@@ -23,6 +23,7 @@ Settings and why (measured on a shared 2-core CPU):
   and on an oversubscribed machine two intra-op threads made each update about 10x slower.
   The previous thread count and every global RNG state are restored afterwards.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,18 +33,18 @@ from typing import Iterator
 import numpy as np
 import pytest
 import torch
+from memory_env import LEFT, RIGHT, MemoryEnv, make_memory_vec_env
 
 from algorithms import make_agent
 from config import Config
 from evaluate import evaluate
-from memory_env import LEFT, RIGHT, MemoryEnv, make_memory_vec_env
 from runner import Runner
 from seeds import rng_state, seed_everything, set_rng_state
 
-LENGTH = 8          # steps per episode: the cue is LENGTH - 1 steps behind the query
-N_STACK = 4         # frames per observation; LENGTH > N_STACK keeps the cue out of the query's stack
+LENGTH = 8  # steps per episode: the cue is LENGTH - 1 steps behind the query
+N_STACK = 4  # frames per observation; LENGTH > N_STACK keeps the cue out of the query's stack
 NUM_ENVS = 16
-NUM_UPDATES = 200   # 200 x 16 episodes; recurrent agents reached 99% by ~90 updates on 10 seeds
+NUM_UPDATES = 200  # 200 x 16 episodes; recurrent agents reached 99% by ~90 updates on 10 seeds
 SEED = int(os.environ.get("MEMORY_SEED", "0"))  # another seed: MEMORY_SEED=S python -m pytest tests/test_memory.py -s
 EVAL_EPISODES = 400
 EVAL_SEED_OFFSET = 10_000  # evaluation envs: seed + 10_000 + i, far from the training envs' seed + i
@@ -52,11 +53,20 @@ EVAL_SEED_OFFSET = 10_000  # evaluation envs: seed + 10_000 + i, far from the tr
 def memory_config(recurrent: bool, seed: int = SEED) -> Config:
     """A config for the memory task: the product's Config with a small, fast-learning setup."""
     return Config(
-        num_envs=NUM_ENVS, n_stack=N_STACK, seed=seed,
-        recurrent=recurrent, hidden_size=64,
-        rollout_size=LENGTH, num_updates=NUM_UPDATES,
-        optimizer="adam", lr=3e-3, entropy_coeff=0.01,
-        cuda=False, tensorboard=False, progress=False, checkpoint_interval=10**9,
+        num_envs=NUM_ENVS,
+        n_stack=N_STACK,
+        seed=seed,
+        recurrent=recurrent,
+        hidden_size=64,
+        rollout_size=LENGTH,
+        num_updates=NUM_UPDATES,
+        optimizer="adam",
+        lr=3e-3,
+        entropy_coeff=0.01,
+        cuda=False,
+        tensorboard=False,
+        progress=False,
+        checkpoint_interval=10**9,
     )
 
 
@@ -175,7 +185,9 @@ def test_vec_env_stack_hides_cue_at_query_step() -> None:
     try:
         obs = envs.reset()
         assert obs.shape == (NUM_ENVS, N_STACK, 42, 42) and obs.dtype == np.uint8
-        cues = np.array([info["cue"] for info in envs.unwrapped.reset_infos])  # the wrapper keeps its own, empty, reset_infos
+        cues = np.array(
+            [info["cue"] for info in envs.unwrapped.reset_infos]
+        )  # the wrapper keeps its own, empty, reset_infos
         assert set(cues) == {LEFT, RIGHT}  # both cues present, so the comparison below means something
         assert len({obs[i].tobytes() for i in range(NUM_ENVS)}) == 2  # step 0: the cue shows
         for t in range(1, LENGTH):

@@ -1,4 +1,5 @@
 """model.py: the network composed of parts (nets/), and the checkpoints saved before it was."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,20 +12,32 @@ from nets.encoders import ConvEncoder, MLPEncoder
 from nets.heads import CategoricalPolicy, GaussianPolicy
 from nets.sde import StateDependentPolicy
 
-SDE_SPEC = dict(obs_shape=(3,), num_actions=2, recurrent=False, continuous=True, sde=True, separate_critic=True,
-                mlp_width=4)
+SDE_SPEC = dict(
+    obs_shape=(3,), num_actions=2, recurrent=False, continuous=True, sde=True, separate_critic=True, mlp_width=4
+)
 # What a checkpoint of that network held before the parts, in its order (written out by hand):
 # log_std was the network's own parameter, so it came first.
-SDE_OLDER_KEYS = ["log_std", "encoder.layers.0.weight", "encoder.layers.0.bias", "encoder.layers.2.weight",
-                  "encoder.layers.2.bias", "actor.weight", "actor.bias", "critic_encoder.layers.0.weight",
-                  "critic_encoder.layers.0.bias", "critic_encoder.layers.2.weight", "critic_encoder.layers.2.bias",
-                  "critic.weight", "critic.bias"]
+SDE_OLDER_KEYS = [
+    "log_std",
+    "encoder.layers.0.weight",
+    "encoder.layers.0.bias",
+    "encoder.layers.2.weight",
+    "encoder.layers.2.bias",
+    "actor.weight",
+    "actor.bias",
+    "critic_encoder.layers.0.weight",
+    "critic_encoder.layers.0.bias",
+    "critic_encoder.layers.2.weight",
+    "critic_encoder.layers.2.bias",
+    "critic.weight",
+    "critic.bias",
+]
 
 
 def older_name(key: str) -> str:
     for old, new in OLDER_KEYS:
         if key == new or (new.endswith(".") and key.startswith(new)):
-            return old + key[len(new):]
+            return old + key[len(new) :]
     return key
 
 
@@ -91,8 +104,7 @@ def test_an_older_optimizer_state_goes_back_to_its_own_parameters(optimizer):
     older_state = {**state, "state": {i: state["state"][today_index[old]] for i, old in enumerate(SDE_OLDER_KEYS)}}
     torch.manual_seed(5)
     resumed = A2CAgent(build_model(**SDE_SPEC), optimizer=optimizer)
-    resumed.load({"model": as_older(agent.model.state_dict()), "optimizer": older_state,
-                  "optimizer_name": optimizer})
+    resumed.load({"model": as_older(agent.model.state_dict()), "optimizer": older_state, "optimizer_name": optimizer})
     for mine, theirs in zip(agent.params, resumed.params):
         assert torch.equal(mine, theirs)
         for key, value in agent.optimizer.state[mine].items():

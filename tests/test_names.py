@@ -1,5 +1,6 @@
 """One name for each thing: a flag is named for the setting it sets, and the names users may have
 typed before still work, meaning what they meant."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,12 +9,15 @@ import main as cli
 from checkpoints import upgraded
 
 
-@pytest.mark.parametrize("new, old, setting, value", [
-    (["--icm-eta", "2"], ["--curiosity-coeff", "2"], "curiosity.eta", 2.0),
-    (["--icm-policy-weight", "0.5"], ["--icm-lambda", "0.5"], "curiosity.policy_weight", 0.5),
-    (["--no-group-scale-by-std"], ["--no-group-std"], "group.scale_by_std", False),
-    (["--optimizer", "rmsprop-tf"], ["--optimizer", "rmsprop"], "optimizer", "rmsprop-tf"),
-])
+@pytest.mark.parametrize(
+    "new, old, setting, value",
+    [
+        (["--icm-eta", "2"], ["--curiosity-coeff", "2"], "curiosity.eta", 2.0),
+        (["--icm-policy-weight", "0.5"], ["--icm-lambda", "0.5"], "curiosity.policy_weight", 0.5),
+        (["--no-group-scale-by-std"], ["--no-group-std"], "group.scale_by_std", False),
+        (["--optimizer", "rmsprop-tf"], ["--optimizer", "rmsprop"], "optimizer", "rmsprop-tf"),
+    ],
+)
 def test_a_flags_older_name_sets_the_same_setting(new, old, setting, value):
     for argv in (new, old):
         config, _, typed = cli.parse_args(argv)

@@ -1,4 +1,5 @@
 """plots.py: the moving average, reading and merging event files, and a figure from two real short runs."""
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,9 @@ def test_run_directories_named_like_glob_patterns_are_read(tmp_path):
 
 def test_load_scalars_drops_points_a_resume_purged(tmp_path):
     """main.py resumes with SummaryWriter(purge_step=checkpoint step + 1): later old points are orphans."""
-    write_scalars(tmp_path, {"episode/return": [(s, -21.0) for s in (3, 6, 9, 12)],
-                             "loss/value": [(s, 1.0) for s in (5, 10, 15)]})
+    write_scalars(
+        tmp_path, {"episode/return": [(s, -21.0) for s in (3, 6, 9, 12)], "loss/value": [(s, 1.0) for s in (5, 10, 15)]}
+    )
     write_scalars(tmp_path, {"episode/return": [(8, -20.0), (13, -19.0)], "loss/value": [(15, 2.0)]}, purge_step=7)
     scalars = plots.load_scalars(str(tmp_path))
     assert [a.tolist() for a in scalars["episode/return"]] == [[3, 6, 8, 13], [-21.0, -21.0, -20.0, -19.0]]
@@ -112,11 +114,21 @@ def test_run_labels_lengthen_only_clashing_names():
 
 def train_short_run(run_dir: str, seed: int) -> None:
     """A real training run, built as main.py builds one: Pong, 2 envs, 64 updates, 400-frame episodes."""
-    config = Config(env_name="PongNoFrameskip-v4", num_envs=2, num_updates=64, log_interval=1, cuda=False,
-                    progress=False, log_dir=os.path.dirname(run_dir), max_episode_frames=400, seed=seed)
+    config = Config(
+        env_name="PongNoFrameskip-v4",
+        num_envs=2,
+        num_updates=64,
+        log_interval=1,
+        cuda=False,
+        progress=False,
+        log_dir=os.path.dirname(run_dir),
+        max_episode_frames=400,
+        seed=seed,
+    )
     seeds.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
-                        config.max_episode_frames)
+    envs = make_vec_env(
+        config.env_name, config.num_envs, config.n_stack, config.seed, "dummy", config.max_episode_frames
+    )
     try:
         agent = make_agent(config, envs.observation_space.shape, int(envs.action_space.n))
         writer = SummaryWriter(run_dir)

@@ -1,6 +1,7 @@
 """PPO (``--algo ppo``): the clipped surrogate worked by hand, the reduction to A2C's gradient at
 ratio 1, minibatches of samples and of whole envs, the epochs and steps of an update, and runs
 through ``main.py`` (defaults, checkpoints, exact resume, eval, learning, bad input)."""
+
 from __future__ import annotations
 
 import glob
@@ -25,8 +26,24 @@ from storage import RolloutStorage
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-PPO = ["--env-name", "CartPole-v1", "--algo", "ppo", "--num-envs", "4", "--rollout-size", "16", "--epochs", "2",
-       "--minibatches", "4", "--no-progress", "--no-cuda", "--threads", "1"]
+PPO = [
+    "--env-name",
+    "CartPole-v1",
+    "--algo",
+    "ppo",
+    "--num-envs",
+    "4",
+    "--rollout-size",
+    "16",
+    "--epochs",
+    "2",
+    "--minibatches",
+    "4",
+    "--no-progress",
+    "--no-cuda",
+    "--threads",
+    "1",
+]
 
 
 # ------------------------------------------------------------------------------------------------ formulas
@@ -138,12 +155,14 @@ def test_sequences_are_stretches_of_the_columns_run_from_the_states_reached_ther
     state = batch.initial_state
     for c in range(T // L):
         for s, start in zip(state, starts):
-            assert_close(start[c * N:(c + 1) * N], s)
-        _, _, state = model.forward_sequence(batch.obs[c * L:(c + 1) * L], state, batch.episode_starts[c * L:(c + 1) * L])
+            assert_close(start[c * N : (c + 1) * N], s)
+        _, _, state = model.forward_sequence(
+            batch.obs[c * L : (c + 1) * L], state, batch.episode_starts[c * L : (c + 1) * L]
+        )
 
     # one sequence alone: sequence 1 * N + 2 is env 2's steps 2 and 3
     _, values, _ = model.forward_sequence(batch.obs, batch.initial_state, batch.episode_starts)
-    expected = (batch.returns[L:2 * L, 2] - values[L:2 * L, 2]).pow(2).mean()
+    expected = (batch.returns[L : 2 * L, 2] - values[L : 2 * L, 2]).pow(2).mean()
     assert_close(cut.minibatch_loss(batch, torch.tensor([1 * N + 2]))["value"], expected)
 
     # all of them: the whole columns' losses; the gradient, that of columns detached every L steps
@@ -153,12 +172,22 @@ def test_sequences_are_stretches_of_the_columns_run_from_the_states_reached_ther
     state, logits, values = batch.initial_state, [], []
     for c in range(T // L):
         state = tuple(s.detach() for s in state)
-        part_logits, part_values, state = model.forward_sequence(batch.obs[c * L:(c + 1) * L], state,
-                                                                 batch.episode_starts[c * L:(c + 1) * L])
+        part_logits, part_values, state = model.forward_sequence(
+            batch.obs[c * L : (c + 1) * L], state, batch.episode_starts[c * L : (c + 1) * L]
+        )
         logits.append(part_logits)
         values.append(part_values)
-    truncated = ppo_loss(model.distribution(torch.cat(logits)), torch.cat(values), batch.actions, batch.log_probs,
-                         batch.returns, batch.advantages, 0.2, 0.5, 0.01)
+    truncated = ppo_loss(
+        model.distribution(torch.cat(logits)),
+        torch.cat(values),
+        batch.actions,
+        batch.log_probs,
+        batch.returns,
+        batch.advantages,
+        0.2,
+        0.5,
+        0.01,
+    )
     grads = []
     for total in (terms["total"], truncated["total"], reference["total"]):
         model.zero_grad()
@@ -217,6 +246,7 @@ def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
 def test_a_recurrent_run_s_sequences_are_fitted_to_its_rollout_unless_typed():
     """Minibatches of whole sequences: a rollout's columns are cut so that every minibatch gets one
     (the longest such sequences, at least 16 steps), and typed settings stay as typed."""
+
     def settings(*flags):
         config, _, typed = cli.parse_args(["--env-name", "LunarLander-v3", "--algo", "ppo", *flags])
         config = with_env_defaults(config, typed)
@@ -226,7 +256,12 @@ def test_a_recurrent_run_s_sequences_are_fitted_to_its_rollout_unless_typed():
     assert settings("--recurrent") == (16, 1024, 64, 256)
     assert settings() == (16, 1024, 0, 256)  # feed-forward: single samples, nothing to fit
     assert settings("--recurrent", "--minibatches", "8") == (16, 1024, 0, 8)  # whole columns suffice
-    assert settings("--recurrent", "--num-envs", "2", "--rollout-size", "32") == (2, 32, 16, 4)  # too few: 4 minibatches
+    assert settings("--recurrent", "--num-envs", "2", "--rollout-size", "32") == (
+        2,
+        32,
+        16,
+        4,
+    )  # too few: 4 minibatches
     assert settings("--recurrent", "--sequence-length", "512") == (16, 1024, 512, 32)  # typed: as many as there are
     # Typed minibatches that no sequence of 16 steps or more can serve are left to the check to refuse.
     config = Config(algo="ppo", recurrent=True, num_envs=2, rollout_size=16)
@@ -242,8 +277,12 @@ def test_a_ppo_run_through_main_checkpoints_resumes_and_plays(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     last = os.path.join(run_dir, "a2c_last")
     first = checkpoints.load_checkpoint(last)
-    assert first["config"]["algo"] == "ppo" and first["config"]["clip"] == {"epochs": 2, "minibatches": 4, "eps": 0.2,
-                                                                  "sequence_length": 0}
+    assert first["config"]["algo"] == "ppo" and first["config"]["clip"] == {
+        "epochs": 2,
+        "minibatches": 4,
+        "eps": 0.2,
+        "sequence_length": 0,
+    }
     assert first["optimizer_name"] == "adam" and not first["config"]["speed"]["keep_graph"]
     steps = lambda data: {float(s["step"]) for s in data["optimizer"]["state"].values()}  # noqa: E731
     assert steps(first) == {2 * 2 * 4}
@@ -263,8 +302,15 @@ def test_ppo_logs_its_statistics(tmp_path):
     acc = EventAccumulator(run_dir)
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for tag in ("ppo/clip_fraction", "ppo/approx_kl", "loss/policy", "loss/value", "loss/entropy",
-                "train/explained_variance", "train/grad_norm"):
+    for tag in (
+        "ppo/clip_fraction",
+        "ppo/approx_kl",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "train/explained_variance",
+        "train/grad_norm",
+    ):
         assert tag in tags, tag
     assert acc.Scalars("ppo/approx_kl")[-1].step == 3 * 4 * 16  # env steps, not updates
 
@@ -272,20 +318,54 @@ def test_ppo_logs_its_statistics(tmp_path):
 def test_ppo_learns_cartpole(tmp_path):
     """A broken sign or ratio would stay near random play (about 22): the defaults lift CartPole's
     mean return far above it within 30,000 env steps."""
-    argv = ["--env-name", "CartPole-v1", "--algo", "ppo", "--max-env-steps", "30000", "--no-progress", "--no-cuda",
-            "--threads", "1", "--log-dir", str(tmp_path)]
+    argv = [
+        "--env-name",
+        "CartPole-v1",
+        "--algo",
+        "ppo",
+        "--max-env-steps",
+        "30000",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
     assert np.mean(returns[-20:]) > 150, returns[-20:]
 
 
-@pytest.mark.parametrize("env_name, flags", [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"]),
-                                             ("CartPole-v1", ["--recurrent", "--sequence-length", "4"])])
+@pytest.mark.parametrize(
+    "env_name, flags",
+    [("Pendulum-v1", []), ("CartPole-v1", ["--recurrent"]), ("CartPole-v1", ["--recurrent", "--sequence-length", "4"])],
+)
 def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags):
-    argv = ["--env-name", env_name, "--algo", "ppo", "--num-envs", "4", "--rollout-size", "8", "--epochs", "2",
-            "--minibatches", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
-            "--log-dir", str(tmp_path), *flags]
+    argv = [
+        "--env-name",
+        env_name,
+        "--algo",
+        "ppo",
+        "--num-envs",
+        "4",
+        "--rollout-size",
+        "8",
+        "--epochs",
+        "2",
+        "--minibatches",
+        "2",
+        "--num-updates",
+        "2",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+        *flags,
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -294,18 +374,23 @@ def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags)
     assert last["model_spec"]["recurrent"] is ("--recurrent" in flags)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
-    ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than the 4 sequences of a rollout"),
-    ([*PPO, "--recurrent", "--sequence-length", "4", "--minibatches", "17"],
-     "--minibatches 17 is more than the 16 sequences of a rollout"),
-    ([*PPO, "--recurrent", "--sequence-length", "5"], "--sequence-length 5 does not divide --rollout-size 16"),
-    ([*PPO, "--sequence-length", "4"], "--sequence-length is for --recurrent"),
-    (["--env-name", "CartPole-v1", "--recurrent", "--sequence-length", "5"], "--sequence-length is for --algo ppo"),
-    (["--env-name", "CartPole-v1", "--epochs", "3"], "--epochs is for --algo ppo or grpo"),
-    ([*PPO, "--kl-coeff", "0.1"], "--kl-coeff is for --algo grpo"),
-    ([*PPO, "--clip-eps", "0"], "--clip-eps"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
+        ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than the 4 sequences of a rollout"),
+        (
+            [*PPO, "--recurrent", "--sequence-length", "4", "--minibatches", "17"],
+            "--minibatches 17 is more than the 16 sequences of a rollout",
+        ),
+        ([*PPO, "--recurrent", "--sequence-length", "5"], "--sequence-length 5 does not divide --rollout-size 16"),
+        ([*PPO, "--sequence-length", "4"], "--sequence-length is for --recurrent"),
+        (["--env-name", "CartPole-v1", "--recurrent", "--sequence-length", "5"], "--sequence-length is for --algo ppo"),
+        (["--env-name", "CartPole-v1", "--epochs", "3"], "--epochs is for --algo ppo or grpo"),
+        ([*PPO, "--kl-coeff", "0.1"], "--kl-coeff is for --algo grpo"),
+        ([*PPO, "--clip-eps", "0"], "--clip-eps"),
+    ],
+)
 def test_bad_ppo_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
     assert not os.listdir(tmp_path)  # refused before a run directory was made
@@ -317,8 +402,10 @@ def test_the_config_round_trips_the_clipped_objective_and_reads_each_algorithm_s
     again = Config.from_dict(config.to_dict())
     assert again.algo == "ppo" and again.clip.epochs == 7 and again.clip.eps == 0.1
     # Saved before PPO and GRPO shared one block: each algorithm's own block is the one it trained with.
-    older = {"ppo": {"epochs": 4, "minibatches": 256, "clip_eps": 0.2},
-             "group": {"size": 8, "clip_eps": 0.3, "update_epochs": 8, "minibatches": 16}}
+    older = {
+        "ppo": {"epochs": 4, "minibatches": 256, "clip_eps": 0.2},
+        "group": {"size": 8, "clip_eps": 0.3, "update_epochs": 8, "minibatches": 16},
+    }
     ppo_run = Config.from_dict({"algo": "ppo", **older}).clip
     grpo_run = Config.from_dict({"algo": "grpo", **older})
     assert (ppo_run.epochs, ppo_run.minibatches, ppo_run.eps) == (4, 256, 0.2)
@@ -333,7 +420,8 @@ def test_sigint_stops_a_ppo_run_after_its_update_and_it_resumes(tmp_path):
     from tiny_run import stop_after_first_last
 
     proc, last_path, out, err = stop_after_first_last(
-        [*PPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGINT)
+        [*PPO, "--num-updates", "100000", "--checkpoint-interval", "1", "--log-dir", str(tmp_path)], signal.SIGINT
+    )
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     final = out.strip().splitlines()[-1]

@@ -1,5 +1,6 @@
 """Domain randomization (randomize.py) on the real gymnasium envs: the draws, their seeding, and
 that the drawn physics are the physics the env then runs."""
+
 import math
 
 import gymnasium as gym
@@ -32,14 +33,14 @@ def test_draws_are_in_the_documented_ranges_and_reproducible(env_id):
         values = np.array([physics[name] for physics in sample])
         assert values.min() >= low and values.max() <= high, name
         if name == "gravity" and env_id in LUNAR_IDS:
-            assert values.max() < 0.0 and values.min() > -12.0     # gymnasium's strict assertion
+            assert values.max() < 0.0 and values.min() > -12.0  # gymnasium's strict assertion
         # Spread over the range, not stuck in a corner of it.
         assert values.max() - values.min() > 0.8 * (high - low), name
     assert set(sample[0]) == set(DOCUMENTED[env_id]) | ({"enable_wind"} if env_id in LUNAR_IDS else set())
     if env_id in LUNAR_IDS:
         winds = [physics["enable_wind"] for physics in sample]
         assert all(isinstance(w, bool) for w in winds)
-        assert 100 < sum(winds) < 200                               # a fair coin over 300 flips
+        assert 100 < sum(winds) < 200  # a fair coin over 300 flips
     assert draws(env_id, seed=7, n=300) == sample
     assert draws(env_id, seed=8, n=300) != sample
 
@@ -78,8 +79,11 @@ def test_cartpole_constructor_takes_no_physics_so_fixed_physics_applies_them():
         _, info = env.reset(seed=seed)
         assert info["physics"] == physics
         pole = env.unwrapped
-        assert (pole.gravity, pole.masspole, pole.length) == (physics["gravity"], physics["masspole"],
-                                                              physics["length"])
+        assert (pole.gravity, pole.masspole, pole.length) == (
+            physics["gravity"],
+            physics["masspole"],
+            physics["length"],
+        )
         assert pole.total_mass == pytest.approx(physics["masspole"] + 1.0)
 
 
@@ -95,9 +99,9 @@ def test_wrapper_gravity_and_wind_are_in_effect_after_each_reset(env_id):
         assert tuple(lander.world.gravity) == pytest.approx((0.0, physics["gravity"]), rel=1e-6)
         for name in ("enable_wind", "wind_power", "turbulence_power"):
             assert getattr(lander, name) == physics[name]
-        env.step(env.action_space.sample() * 0)                     # a step runs with the new physics
+        env.step(env.action_space.sample() * 0)  # a step runs with the new physics
         seen.append(physics["gravity"])
-    assert len(set(seen)) == len(seen)                              # each episode its own physics
+    assert len(set(seen)) == len(seen)  # each episode its own physics
     env.close()
 
 
@@ -116,11 +120,12 @@ def test_lunar_lander_physics_change_the_flight_in_the_expected_direction():
     calm = {"enable_wind": False, "wind_power": 0.0, "turbulence_power": 0.0}
     _, vy_weak = _lunar_velocity_after({"gravity": -2.0, **calm})
     _, vy_strong = _lunar_velocity_after({"gravity": -11.0, **calm})
-    assert vy_strong < vy_weak < 0.0                                # falls faster under stronger gravity
+    assert vy_strong < vy_weak < 0.0  # falls faster under stronger gravity
     # Same terrain and push (same reset seed); wind on with wind_power 20 moves the lander sideways.
     vx_calm, _ = _lunar_velocity_after({"gravity": -10.0, **calm})
-    vx_windy, _ = _lunar_velocity_after({"gravity": -10.0, "enable_wind": True, "wind_power": 20.0,
-                                         "turbulence_power": 0.0})
+    vx_windy, _ = _lunar_velocity_after(
+        {"gravity": -10.0, "enable_wind": True, "wind_power": 20.0, "turbulence_power": 0.0}
+    )
     assert abs(vx_windy - vx_calm) > 0.5
 
 
@@ -130,9 +135,10 @@ def _cartpole_step_by_hand(state, action, gravity, masspole, length, masscart=1.
     force = force_mag if action == 1 else -force_mag
     total_mass = masspole + masscart
     polemass_length = masspole * length
-    temp = (force + polemass_length * theta_dot ** 2 * math.sin(theta)) / total_mass
+    temp = (force + polemass_length * theta_dot**2 * math.sin(theta)) / total_mass
     thetaacc = (gravity * math.sin(theta) - math.cos(theta) * temp) / (
-        length * (4.0 / 3.0 - masspole * math.cos(theta) ** 2 / total_mass))
+        length * (4.0 / 3.0 - masspole * math.cos(theta) ** 2 / total_mass)
+    )
     xacc = temp - polemass_length * thetaacc * math.cos(theta) / total_mass
     return np.array([x + tau * x_dot, x_dot + tau * xacc, theta + tau * theta_dot, theta_dot + tau * thetaacc])
 
@@ -164,7 +170,7 @@ def test_wrapper_is_reproducible_from_the_reset_seed():
         return sequence
 
     first = physics_sequence(0, 42)
-    assert physics_sequence(99, 42) == first                        # the reset's seed decides
+    assert physics_sequence(99, 42) == first  # the reset's seed decides
     assert physics_sequence(0, 43) != first
     assert len({p["gravity"] for p in first}) == 5
     # Without a seeded reset, the constructor's seed decides.
@@ -174,14 +180,17 @@ def test_wrapper_is_reproducible_from_the_reset_seed():
 def test_physics_stream_is_not_the_envs_own_stream():
     env = randomize.RandomizedPhysics(gym.make("CartPole-v1"), "CartPole-v1")
     env.reset(seed=0)
-    env_draw = np.random.default_rng(0).uniform(5.0, 15.0)          # what the env's own np_random would give
+    env_draw = np.random.default_rng(0).uniform(5.0, 15.0)  # what the env's own np_random would give
     assert env.physics["gravity"] != pytest.approx(env_draw)
 
 
 def test_vector_env_reports_each_envs_physics():
     envs = gym.vector.SyncVectorEnv(
-        [lambda i=i: randomize.RandomizedPhysics(gym.make("LunarLander-v3"), "LunarLander-v3", seed=i)
-         for i in range(3)])
+        [
+            lambda i=i: randomize.RandomizedPhysics(gym.make("LunarLander-v3"), "LunarLander-v3", seed=i)
+            for i in range(3)
+        ]
+    )
     _, infos = envs.reset(seed=[10, 11, 12])
     gravities = infos["physics"]["gravity"]
     assert len(set(gravities.tolist())) == 3
@@ -196,8 +205,9 @@ def test_check_randomizable_names_the_known_envs_in_one_line():
     with pytest.raises(UsageError) as caught:
         randomize.check_randomizable("Pendulum-v1")
     message = str(caught.value)
-    assert message == ("--randomize-domain knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; "
-                       "not Pendulum-v1")
+    assert message == (
+        "--randomize-domain knows LunarLander-v3, LunarLanderContinuous-v3, CartPole-v1; not Pendulum-v1"
+    )
     assert "\n" not in message
     with pytest.raises(UsageError):
         randomize.draw("Pendulum-v1", np.random.default_rng(0))
@@ -211,7 +221,7 @@ def test_grid_and_cell_kwargs_for_lunar_lander():
     assert values == ((-11.0, -9.0, -7.0, -5.0, -3.0, -1.0), (0.0, 5.0, 10.0, 15.0, 20.0))
     cell = randomize.cell_kwargs("LunarLander-v3", gravity=-7.0, wind_power=15.0)
     assert cell == {"gravity": -7.0, "enable_wind": True, "wind_power": 15.0, "turbulence_power": 0.0}
-    env = gym.make("LunarLander-v3", **cell)                        # a cell is valid gym.make kwargs
+    env = gym.make("LunarLander-v3", **cell)  # a cell is valid gym.make kwargs
     env.reset(seed=0)
     assert env.unwrapped.world.gravity.y == pytest.approx(-7.0)
     env.close()

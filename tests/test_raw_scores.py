@@ -2,12 +2,14 @@
 while the learner sees each reward clipped to its sign. The runner logs the emulator's raw sums
 game for game, and ``--eval`` prints them, on the default ale path and on SB3's wrappers.
 (That the env paths report raw scores at all: tests/test_envs.py.)"""
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
+from recording_writer import RecordingWriter
 from stable_baselines3.common.monitor import Monitor
 
 import main as cli
@@ -16,7 +18,6 @@ from algorithms import make_agent
 from config import Config
 from envs import make_vec_env
 from metrics import Metrics
-from recording_writer import RecordingWriter
 from runner import Runner
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -29,11 +30,21 @@ def space_invaders_run(tmp_path_factory, torch_single_thread):
     """A short training run on Space Invaders (default ``ale`` path, 500-frame games), with the raw
     rewards the emulator gave each step (read under the clipping), and what the runner logged."""
     run_dir = str(tmp_path_factory.mktemp("space_invaders"))
-    config = Config(env_name=SPACE_INVADERS, num_envs=4, rollout_size=10, num_updates=20, seed=3,
-                    max_episode_frames=500, tensorboard=False, progress=False, checkpoint_interval=10**6)
+    config = Config(
+        env_name=SPACE_INVADERS,
+        num_envs=4,
+        rollout_size=10,
+        num_updates=20,
+        seed=3,
+        max_episode_frames=500,
+        tensorboard=False,
+        progress=False,
+        checkpoint_interval=10**6,
+    )
     seeds.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env,
-                        config.max_episode_frames)
+    envs = make_vec_env(
+        config.env_name, config.num_envs, config.n_stack, config.seed, config.vec_env, config.max_episode_frames
+    )
     try:
         agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
         runner = Runner(agent, envs, config, run_dir)
@@ -138,8 +149,27 @@ def test_eval_prints_raw_space_invaders_scores(space_invaders_run, monkeypatch, 
     monkeypatch.setattr(play, "make_eval_envs", make_recorded)
     checkpoint = os.path.join(space_invaders_run["run_dir"], "a2c_last")
     typed = [] if vec_env == "ale" else ["--vec-env", vec_env]
-    assert cli.main(["--no-cuda", "--eval", "--load", checkpoint, "--episodes", "2", "--max-episode-frames", "600",
-                     "--no-cuda", "--threads", "1", "--seed", "3", *typed]) == 0
+    assert (
+        cli.main(
+            [
+                "--no-cuda",
+                "--eval",
+                "--load",
+                checkpoint,
+                "--episodes",
+                "2",
+                "--max-episode-frames",
+                "600",
+                "--no-cuda",
+                "--threads",
+                "1",
+                "--seed",
+                "3",
+                *typed,
+            ]
+        )
+        == 0
+    )
     scores = [float(s) for s in capsys.readouterr().out.strip().splitlines()[-2].removeprefix("scores: ").split()]
     assert len(scores) == 2 and len(games) == 2
     assert sorted(scores) == sorted(mine[0] for mine in games)  # each env's first game: its share

@@ -1,4 +1,5 @@
 """model.ActorCritic: per-env resets, step/sequence equivalence, BPTT reach, detached rollouts, init."""
+
 import math
 
 import pytest
@@ -42,8 +43,12 @@ def test_reset_touches_only_envs_whose_observation_starts_an_episode():
         logits, values, (h, c) = model(obs, state, torch.tensor([0.0, 1.0, 0.0]))
         logits_z, values_z, (h_z, c_z) = model(obs, zero, torch.zeros(3))
         logits_k, values_k, (h_k, c_k) = model(obs, state, torch.zeros(3))
-    for got, zero_ref, kept_ref in [(logits, logits_z, logits_k), (values, values_z, values_k),
-                                    (h, h_z, h_k), (c, c_z, c_k)]:
+    for got, zero_ref, kept_ref in [
+        (logits, logits_z, logits_k),
+        (values, values_z, values_k),
+        (h, h_z, h_k),
+        (c, c_z, c_k),
+    ]:
         assert_close(got[1], zero_ref[1], rtol=0, atol=1e-6)
         assert_close(got[[0, 2]], kept_ref[[0, 2]], rtol=0, atol=1e-6)
     # and the reset did matter (the nonzero state really changes env 1's output otherwise)
@@ -200,13 +205,11 @@ def test_backward_on_next_rollout_after_previous_graph_was_freed():
     start(), can still backward without 'backward through the graph a second time'."""
     T, N = 2, 2
     model = make_model()
-    logits, values, state = model.forward_sequence(rand_obs(T, N, seed=1), model.initial_state(N),
-                                                   torch.ones(T, N))
+    logits, values, state = model.forward_sequence(rand_obs(T, N, seed=1), model.initial_state(N), torch.ones(T, N))
     (logits.sum() + values.sum()).backward()
     storage = RolloutStorage(T, N, OBS_SHAPE)
     storage.start(state)
-    logits, values, _ = model.forward_sequence(rand_obs(T, N, seed=2), storage.initial_state,
-                                               torch.zeros(T, N))
+    logits, values, _ = model.forward_sequence(rand_obs(T, N, seed=2), storage.initial_state, torch.zeros(T, N))
     (logits.sum() + values.sum()).backward()  # raises RuntimeError if the graph were still linked
 
 
@@ -230,8 +233,9 @@ def test_conv_encoder_outputs_288_features(size):
     # Fewer filters a layer: each of the 3x3 grid's cells holds one feature a filter.
     narrow = ConvEncoder(4, num_filters=16)
     assert narrow(torch.zeros(2, 4, size, size, dtype=torch.uint8)).shape == (2, 144) and narrow.out_features == 144
-    assert [conv.weight.shape for conv in narrow.convs if isinstance(conv, torch.nn.Conv2d)] == \
-        [(16, 4, 3, 3)] + [(16, 16, 3, 3)] * 3
+    assert [conv.weight.shape for conv in narrow.convs if isinstance(conv, torch.nn.Conv2d)] == [(16, 4, 3, 3)] + [
+        (16, 16, 3, 3)
+    ] * 3
 
 
 def test_conv_encoder_scales_uint8_to_unit_range():
@@ -250,8 +254,15 @@ def test_conv_encoder_scales_uint8_to_unit_range():
 
 def test_storage_keeps_observations_uint8():
     storage = RolloutStorage(2, 2, (4, 42, 42))
-    storage.insert(0, torch.full((2, 4, 42, 42), 255, dtype=torch.uint8), torch.zeros(2),
-                   torch.zeros(2, dtype=torch.long), torch.zeros(2), torch.zeros(2), torch.zeros(2))
+    storage.insert(
+        0,
+        torch.full((2, 4, 42, 42), 255, dtype=torch.uint8),
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.long),
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.zeros(2),
+    )
     assert storage.obs.dtype == torch.uint8
     assert int(storage.obs[0].max()) == 255
 

@@ -1,20 +1,21 @@
 """The recurrent default stays alive on Pong: the optimizer whose first steps collapsed it, and the
 health signals that show a collapse (see docs/recurrent.md)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from recording_writer import RecordingWriter
 from torch.testing import assert_close
 
 import checkpoints
-from diagnostics import core_health
 from agent import RMSpropTF, make_optimizer
 from algorithms import load_agent, make_agent
 from config import Config
+from diagnostics import core_health
 from model import build_model
-from recording_writer import RecordingWriter
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -47,14 +48,23 @@ def test_first_steps_follow_the_gradient_not_its_sign():
         opt.step()
         moves[name] = (-w.detach()).tolist()
     assert moves["torch-rmsprop"] == pytest.approx([7e-3, 7e-3], rel=1e-2)  # 10 x lr, whatever the gradient
-    assert moves["rmsprop"] == pytest.approx([7e-4 * 0.5 / math.sqrt(0.99 + 0.01 * 0.25 + 1e-5),
-                                              7e-4 * 0.02 / math.sqrt(0.99 + 0.01 * 4e-4 + 1e-5)], rel=1e-4)
+    assert moves["rmsprop"] == pytest.approx(
+        [7e-4 * 0.5 / math.sqrt(0.99 + 0.01 * 0.25 + 1e-5), 7e-4 * 0.02 / math.sqrt(0.99 + 0.01 * 4e-4 + 1e-5)],
+        rel=1e-4,
+    )
 
 
 def _train_on_pong(make_runner, tmp_path, name: str, **settings):
     """40 updates of a recurrent agent on Pong (8 envs), core health logged every 10."""
-    config = Config(num_envs=8, num_updates=40, progress=False, log_interval=10,
-                    checkpoint_interval=10**6, tensorboard=False, **settings)
+    config = Config(
+        num_envs=8,
+        num_updates=40,
+        progress=False,
+        log_interval=10,
+        checkpoint_interval=10**6,
+        tensorboard=False,
+        **settings,
+    )
     writer = RecordingWriter()
     runner = make_runner(config, tmp_path / name, writer=writer)
     runner.train()
@@ -112,11 +122,17 @@ def test_format_1_checkpoint_resumes_with_the_optimizer_it_was_trained_with(tmp_
     """Format 1 called torch.optim.RMSprop "rmsprop": such a run resumes on it, with its state."""
     config = Config(optimizer="torch-rmsprop")
     agent = make_agent(config, (4, 84, 84), 6)
-    loss = agent.model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8), agent.model.initial_state(2), torch.ones(2))[1].sum()
+    loss = agent.model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8), agent.model.initial_state(2), torch.ones(2))[
+        1
+    ].sum()
     loss.backward()
     agent.optimizer.step()
-    old = {"format": "recurrent-a2c/1", **agent.state(), "config": {**config.to_dict(), "optimizer": "rmsprop"},
-           "env_name": config.env_name}
+    old = {
+        "format": "recurrent-a2c/1",
+        **agent.state(),
+        "config": {**config.to_dict(), "optimizer": "rmsprop"},
+        "env_name": config.env_name,
+    }
     old["optimizer_name"] = "rmsprop"
     checkpoints.atomic_save(old, str(tmp_path / "a2c_last"))
 
@@ -126,8 +142,9 @@ def test_format_1_checkpoint_resumes_with_the_optimizer_it_was_trained_with(tmp_
     resumed = load_agent(str(tmp_path / "a2c_last"))
     assert type(resumed.optimizer) is torch.optim.RMSprop
     saved = agent.optimizer.state_dict()["state"]
-    assert all(torch.equal(resumed.optimizer.state_dict()["state"][i]["square_avg"], s["square_avg"])
-               for i, s in saved.items())
+    assert all(
+        torch.equal(resumed.optimizer.state_dict()["state"][i]["square_avg"], s["square_avg"]) for i, s in saved.items()
+    )
 
 
 def test_feature_norm_normalizes_each_frames_features_and_old_specs_still_build(tmp_path):
@@ -172,7 +189,9 @@ def test_core_skip_heads_read_the_features_beside_the_lstm_output():
     assert_close(a[0], b[0])
     assert_close(a[1], b[1])
     with torch.no_grad():
-        assert_close(a[0], torch.nn.functional.linear(features, model.policy.linear.weight[:, :-256], model.policy.linear.bias))
+        assert_close(
+            a[0], torch.nn.functional.linear(features, model.policy.linear.weight[:, :-256], model.policy.linear.bias)
+        )
     assert not torch.allclose(logits, b[0])  # before zeroing, the state changed the policy
     assert model.spec["core_skip"] is True
     old_spec = {k: v for k, v in build_model((4, 84, 84), 6).spec.items() if k != "core_skip"}
@@ -225,7 +244,8 @@ def test_layer_norm_lstm_cell_by_its_formula_and_it_survives_weights_grown_100x(
         model = build_model((4, 84, 84), 6, lstm_norm=norm)
         with torch.no_grad():
             model.core.cell.weight_ih.mul_(100.0)
-        health[norm] = core_health(model, obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1),
-                                         torch.zeros(16))
+        health[norm] = core_health(
+            model, obs, (torch.randn(16, 256) * 0.1, torch.randn(16, 256) * 0.1), torch.zeros(16)
+        )
     assert health[False]["gate_saturation"] > 0.8
     assert health[True]["gate_saturation"] < 0.05 and health[True]["output_std"] > 0.05

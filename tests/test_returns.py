@@ -3,6 +3,7 @@
 Convention: dones[t, i] = 1 means env i's episode ended with the action at step t, so nothing
 from steps after t (nor last_values) may flow into R_t.
 """
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -54,27 +55,21 @@ def test_two_envs_with_different_done_patterns_are_masked_independently():
     """Env 0 ends at t=0, env 1 at t=2: each env's mask is per step and per env (no mixing, and
     not the last step's done used for every step, which was the original bug)."""
     rewards = torch.ones(3, 2)
-    dones = torch.tensor([[1.0, 0.0],
-                          [0.0, 0.0],
-                          [0.0, 1.0]])
+    dones = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
     last = torch.tensor([10.0, 10.0])
     # nonzero values: with lambda=1 they cancel out of R_t, but only if every mask is right
-    values = torch.tensor([[0.5, -1.0],
-                           [2.0, 3.0],
-                           [-0.5, 1.0]])
+    values = torch.tensor([[0.5, -1.0], [2.0, 3.0], [-0.5, 1.0]])
     returns, _ = compute_returns(rewards, values, dones, last, gamma=0.5, gae_lambda=1.0)
     # env 0: R2 = 1 + .5*10 = 6 ; R1 = 1 + .5*6 = 4 ; R0 = 1 (done)
     # env 1: R2 = 1 (done)      ; R1 = 1 + .5*1 = 1.5 ; R0 = 1 + .5*1.5 = 1.75
-    expect(returns, [[1.0, 1.75],
-                     [4.0, 1.5],
-                     [6.0, 1.0]])
+    expect(returns, [[1.0, 1.75], [4.0, 1.5], [6.0, 1.0]])
 
 
 def test_truncation_bootstrap_added_to_reward_gives_r_plus_gamma_v_terminal():
     """Time-limit truncation: the caller adds gamma*V(terminal_obs) to the reward and marks done;
     the return of that step is exactly r + gamma*V_term and nothing from the next episode."""
     gamma, r, v_term = 0.9, 1.0, 4.0
-    rewards = col(r + gamma * v_term, 2.0)        # 1 + 0.9*4 = 4.6 at the truncated step
+    rewards = col(r + gamma * v_term, 2.0)  # 1 + 0.9*4 = 4.6 at the truncated step
     dones = col(1, 0)
     returns, _ = compute_returns(rewards, col(0.3, 0.7), dones, torch.tensor([5.0]), gamma, 1.0)
     # R0 = 4.6 (= 1 + 0.9*4) ; R1 = 2 + 0.9*5 = 6.5
@@ -115,8 +110,7 @@ def test_intermediate_lambda_two_steps_by_hand():
 
 def test_intermediate_lambda_three_steps_with_episode_end():
     """gae_lambda=0.5 with a done at the last step: the recursion stops there, last_values unused."""
-    returns, adv = compute_returns(col(1, 2, 3), col(0.5, 1.0, 1.5), col(0, 0, 1),
-                                   torch.tensor([10.0]), 0.9, 0.5)
+    returns, adv = compute_returns(col(1, 2, 3), col(0.5, 1.0, 1.5), col(0, 0, 1), torch.tensor([10.0]), 0.9, 0.5)
     # delta2 = 3 - 1.5 = 1.5                    A2 = 1.5
     # delta1 = 2 + .9*1.5 - 1 = 2.35            A1 = 2.35 + .45*1.5 = 3.025
     # delta0 = 1 + .9*1 - .5 = 1.4              A0 = 1.4 + .45*3.025 = 2.76125
@@ -134,13 +128,17 @@ def test_advantages_equal_returns_minus_values():
     assert_close(adv, returns - values, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("rewards, values, dones, last", [
-    (torch.zeros(4), torch.zeros(4), torch.zeros(4), torch.zeros(())),        # 1-D, not [T, N]
-    (torch.zeros(4, 2), torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(2)),  # values mismatched
-    (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(3, 2), torch.zeros(2)),  # dones mismatched
-    (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(3)),  # last_values not [N]
-    (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(2, 1)),
-], ids=["1d", "values", "dones", "last_len", "last_2d"])
+@pytest.mark.parametrize(
+    "rewards, values, dones, last",
+    [
+        (torch.zeros(4), torch.zeros(4), torch.zeros(4), torch.zeros(())),  # 1-D, not [T, N]
+        (torch.zeros(4, 2), torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(2)),  # values mismatched
+        (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(3, 2), torch.zeros(2)),  # dones mismatched
+        (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(3)),  # last_values not [N]
+        (torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(2, 1)),
+    ],
+    ids=["1d", "values", "dones", "last_len", "last_2d"],
+)
 def test_shape_errors_raise_value_error(rewards, values, dones, last):
     with pytest.raises(ValueError):
         compute_returns(rewards, values, dones, last, 0.99, 1.0)
@@ -171,8 +169,9 @@ def test_storage_insert_then_batch_round_trip():
     for t in range(T):
         storage.insert(t, obs[t], starts[t], actions[t], values[t], rewards[t], dones[t])
     storage.finish(obs[-1], torch.tensor([3.0, 10.0]))
-    batch = storage.batch(*compute_returns(storage.rewards, storage.values, storage.dones, storage.last_values,
-                                           gamma=0.5, gae_lambda=1.0))
+    batch = storage.batch(
+        *compute_returns(storage.rewards, storage.values, storage.dones, storage.last_values, gamma=0.5, gae_lambda=1.0)
+    )
     assert isinstance(batch, Batch)
     assert batch.obs.dtype == torch.uint8
     assert torch.equal(batch.obs, obs)
@@ -190,6 +189,7 @@ def test_storage_insert_then_batch_round_trip():
 def _agent(**kwargs):
     from agent import A2CAgent
     from model import build_model
+
     torch.manual_seed(0)
     return A2CAgent(build_model((1, 8, 8), 2, hidden_size=4), **kwargs)
 
@@ -198,10 +198,25 @@ def test_agent_adds_the_time_limit_bootstrap_to_the_env_reward():
     """A truncated step's return is r + bootstrap (gamma * V(terminal obs)), and nothing flows past the done."""
     storage = RolloutStorage(2, 1, (1, 8, 8))
     zeros_obs = torch.zeros(1, 1, 8, 8, dtype=torch.uint8)
-    storage.insert(0, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
-                   torch.tensor([1.0]), torch.tensor([1.0]), bootstrap=torch.tensor([0.9 * 4.0]))
-    storage.insert(1, zeros_obs, torch.ones(1), torch.zeros(1, dtype=torch.long), torch.zeros(1),
-                   torch.tensor([2.0]), torch.tensor([0.0]))
+    storage.insert(
+        0,
+        zeros_obs,
+        torch.ones(1),
+        torch.zeros(1, dtype=torch.long),
+        torch.zeros(1),
+        torch.tensor([1.0]),
+        torch.tensor([1.0]),
+        bootstrap=torch.tensor([0.9 * 4.0]),
+    )
+    storage.insert(
+        1,
+        zeros_obs,
+        torch.ones(1),
+        torch.zeros(1, dtype=torch.long),
+        torch.zeros(1),
+        torch.tensor([2.0]),
+        torch.tensor([0.0]),
+    )
     storage.finish(zeros_obs[0], torch.tensor([10.0]))
     batch = _agent(gamma=0.9, gae_lambda=1.0).make_batch(storage)
     # R1 = 2 + .9*10 = 11 ; R0 = 1 + 3.6 = 4.6 (cut by the done, so R1 is not added)
@@ -219,8 +234,16 @@ def test_agent_uses_the_estimator_it_is_configured_with():
 
     storage = RolloutStorage(2, 1, (1, 8, 8))
     for t in range(2):
-        storage.insert(t, torch.zeros(1, 1, 8, 8, dtype=torch.uint8), torch.zeros(1), torch.zeros(1, dtype=torch.long),
-                       torch.zeros(1), torch.tensor([float(t + 1)]), torch.zeros(1), log_probs=torch.tensor([-0.5]))
+        storage.insert(
+            t,
+            torch.zeros(1, 1, 8, 8, dtype=torch.uint8),
+            torch.zeros(1),
+            torch.zeros(1, dtype=torch.long),
+            torch.zeros(1),
+            torch.tensor([float(t + 1)]),
+            torch.zeros(1),
+            log_probs=torch.tensor([-0.5]),
+        )
     storage.finish(torch.zeros(1, 1, 8, 8, dtype=torch.uint8), torch.tensor([3.0]))
     batch = _agent(estimator=constant).make_batch(storage)
     expect(batch.returns, [[7.0], [7.0]])
@@ -232,8 +255,15 @@ def test_agent_uses_the_estimator_it_is_configured_with():
 def test_storage_keeps_the_observation_dtype():
     """Float observations stay float (a uint8 buffer would truncate them); frames stay one byte a pixel."""
     storage = RolloutStorage(2, 2, (3,), obs_dtype=torch.float32)
-    storage.insert(0, torch.tensor([[0.25, -1.5, 3.0], [1e-3, 0.0, 2.0]]), torch.zeros(2),
-                   torch.zeros(2, dtype=torch.long), torch.zeros(2), torch.zeros(2), torch.zeros(2))
+    storage.insert(
+        0,
+        torch.tensor([[0.25, -1.5, 3.0], [1e-3, 0.0, 2.0]]),
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.long),
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.zeros(2),
+    )
     assert storage.obs.dtype == torch.float32
     expect(storage.obs[0], [[0.25, -1.5, 3.0], [1e-3, 0.0, 2.0]])
     assert RolloutStorage(2, 2, (1, 4, 4)).obs.dtype == torch.uint8
@@ -242,7 +272,7 @@ def test_storage_keeps_the_observation_dtype():
 def test_storage_start_detaches_and_clones_initial_state():
     """start(state) stores a copy with no graph: later edits of the source don't leak into it."""
     w = torch.ones(2, 4, requires_grad=True)
-    h, c = w * 2.0, w * 3.0          # carry a grad_fn, like a state that came out of forward()
+    h, c = w * 2.0, w * 3.0  # carry a grad_fn, like a state that came out of forward()
     storage = RolloutStorage(2, 2, (1, 4, 4))
     storage.start((h, c))
     h_stored, c_stored = storage.initial_state

@@ -1,6 +1,7 @@
 """The robustness curve (``--eval --robustness``): every cell of sticky actions x no-op starts is
 played with those emulator settings, summarized as worked by hand, written as JSON and drawn; a
 plain ``--eval`` takes a typed ``--sticky-actions`` in place of its protocol's; bad input is refused."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,10 @@ import os
 
 import ale_py.vector_env as ale_vector
 import pytest
+from tiny_run import train as train_tiny
 
 import main as cli
 import robustness
-from tiny_run import train as train_tiny
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -55,8 +56,10 @@ def test_a_cells_summary_worked_by_hand():
 
 
 def test_the_table_puts_each_cell_in_its_row_and_column():
-    cells = [robustness.cell_summary(p, [p.repeat_action_probability * 10 + p.noop_max, 0], [1, 1])
-             for p in robustness.cell_protocols((0.0, 0.5), (0, 30))]
+    cells = [
+        robustness.cell_summary(p, [p.repeat_action_probability * 10 + p.noop_max, 0], [1, 1])
+        for p in robustness.cell_protocols((0.0, 0.5), (0, 30))
+    ]
     rows = robustness.table({"cells": cells}).splitlines()
     assert len(rows) == 3 and "no no-op starts" in rows[0] and "up to 30" in rows[0]
     # row 0.5: means (5 + 0) / 2 = 2.5 without no-ops and (35 + 0) / 2 = 17.5 with up to 30
@@ -65,8 +68,28 @@ def test_the_table_puts_each_cell_in_its_row_and_column():
 
 def test_every_cell_plays_with_its_own_emulator_settings(tiny_pong, tmp_path, built):
     out, path = tmp_path / "curve.png", tmp_path / "curve.json"
-    assert cli.main(["--eval", "--load", tiny_pong, "--robustness", "--episodes", "1", "--max-episode-frames", "120",
-                     "--no-cuda", "--threads", "1", "--json", str(path), "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "--eval",
+                "--load",
+                tiny_pong,
+                "--robustness",
+                "--episodes",
+                "1",
+                "--max-episode-frames",
+                "120",
+                "--no-cuda",
+                "--threads",
+                "1",
+                "--json",
+                str(path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     expected = [(p, n) for n in robustness.NOOP_MAXES for p in robustness.STICKINESS]
     assert built == expected
     with open(path) as f:
@@ -84,8 +107,29 @@ def test_every_cell_plays_with_its_own_emulator_settings(tiny_pong, tmp_path, bu
 
 def test_a_typed_stickiness_replaces_the_protocols(tiny_pong, tmp_path, built):
     path = tmp_path / "eval.json"
-    assert cli.main(["--eval", "--load", tiny_pong, "--protocol", "classic", "--sticky-actions", "0.1", "--episodes",
-                     "1", "--max-episode-frames", "120", "--no-cuda", "--threads", "1", "--json", str(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "--eval",
+                "--load",
+                tiny_pong,
+                "--protocol",
+                "classic",
+                "--sticky-actions",
+                "0.1",
+                "--episodes",
+                "1",
+                "--max-episode-frames",
+                "120",
+                "--no-cuda",
+                "--threads",
+                "1",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert built == [(0.1, 30)]  # the classic protocol's no-op starts, the typed stickiness
     with open(path) as f:
         assert json.load(f)["sticky_actions"] == 0.1
@@ -94,9 +138,11 @@ def test_a_typed_stickiness_replaces_the_protocols(tiny_pong, tmp_path, built):
 def test_bad_input_is_refused_in_one_line(tiny_pong, tmp_path, capsys):
     with open(tmp_path / "other.json", "w") as f:
         json.dump({"scores": [1]}, f)
-    cases = [["--eval", "--load", tiny_pong, "--robustness", "--physics-grid"],
-             ["--plot", str(tmp_path / "other.json"), "--out", str(tmp_path / "x.png")],
-             ["--robustness"]]
+    cases = [
+        ["--eval", "--load", tiny_pong, "--robustness", "--physics-grid"],
+        ["--plot", str(tmp_path / "other.json"), "--out", str(tmp_path / "x.png")],
+        ["--robustness"],
+    ]
     for argv in cases:
         assert cli.main([*argv, "--no-cuda"]) == 2
         err = capsys.readouterr().err

@@ -2,6 +2,7 @@
 computed from the state the rollout's last step produced, without advancing it, so the next rollout
 starts from that very state (with and without the collected forward pass, ``--keep-graph``).
 (The model's ``value`` alone: tests/test_recurrence.py.)"""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,17 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 @pytest.mark.parametrize("keep_graph", [True, False])
 def test_bootstrap_value_does_not_advance_the_recurrent_state(make_runner, tmp_path, keep_graph):
-    config = Config(num_envs=2, rollout_size=5, num_updates=3, seed=11, tensorboard=False, progress=False,
-                    max_episode_frames=120, checkpoint_interval=10**6, speed=Speed(keep_graph=keep_graph))
+    config = Config(
+        num_envs=2,
+        rollout_size=5,
+        num_updates=3,
+        seed=11,
+        tensorboard=False,
+        progress=False,
+        max_episode_frames=120,
+        checkpoint_interval=10**6,
+        speed=Speed(keep_graph=keep_graph),
+    )
     runner = make_runner(config, tmp_path)
     name = "act_with_graph" if keep_graph else "act"
     act = getattr(runner.agent, name)

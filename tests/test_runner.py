@@ -1,4 +1,5 @@
 """The runner on real Atari envs, in-process: reproducibility, reload, truncation bootstrap, failure handling."""
+
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from recording_writer import RecordingWriter
 
 import checkpoints
 import metrics
@@ -18,20 +20,28 @@ from config import Config
 from envs import make_vec_env
 from metrics import Metrics
 from runner import Runner
-from recording_writer import RecordingWriter
 
 
 def small_config(**overrides) -> Config:
-    settings = dict(num_envs=2, rollout_size=5, num_updates=4, seed=11, tensorboard=False, progress=False,
-                    max_episode_frames=120, checkpoint_interval=1000)
+    settings = dict(
+        num_envs=2,
+        rollout_size=5,
+        num_updates=4,
+        seed=11,
+        tensorboard=False,
+        progress=False,
+        max_episode_frames=120,
+        checkpoint_interval=1000,
+    )
     settings.update(overrides)
     return Config(**settings)
 
 
 def build_runner(config: Config, run_dir) -> Runner:
     seeds.seed_everything(config.seed)
-    envs = make_vec_env(config.env_name, config.num_envs, config.n_stack, config.seed, "dummy",
-                        config.max_episode_frames)
+    envs = make_vec_env(
+        config.env_name, config.num_envs, config.n_stack, config.seed, "dummy", config.max_episode_frames
+    )
     agent = make_agent(config, envs.observation_space.shape, envs.action_space.n)
     return Runner(agent, envs, config, str(run_dir))
 
@@ -75,7 +85,9 @@ def test_best_loss_checkpoint_holds_the_weights_that_produced_that_loss(tmp_path
 
     def spy(batch):  # the weights as each loss is computed from them
         terms = loss(batch)
-        snapshots.append((float(terms["total"].detach()), {k: v.clone() for k, v in runner.agent.model.state_dict().items()}))
+        snapshots.append(
+            (float(terms["total"].detach()), {k: v.clone() for k, v in runner.agent.model.state_dict().items()})
+        )
         return terms
 
     runner.agent.loss = spy
@@ -141,18 +153,19 @@ def test_time_limit_bootstraps_from_terminal_observation_and_starts_follow_dones
         states.clear()
         batch = runner.collect()
         storage = runner.collector.storage
-        for t, (obs, rewards, dones, infos) in enumerate(raw):
+        for t, (_, rewards, dones, infos) in enumerate(raw):
             for i in range(config.num_envs):
                 expected = float(rewards[i])
                 if dones[i] and infos[i].get("TimeLimit.truncated"):
                     seen_truncation = True
                     terminal = torch.as_tensor(infos[i]["terminal_observation"][None])
-                    state = tuple(s[i:i + 1] for s in states[t])
+                    state = tuple(s[i : i + 1] for s in states[t])
                     with torch.no_grad():
                         value = float(runner.agent.model.value(terminal, state, torch.zeros(1)))
                         if recurrent:  # the state matters: a fresh one gives another value
-                            fresh = runner.agent.model.value(terminal, runner.agent.model.initial_state(1),
-                                                             torch.zeros(1))
+                            fresh = runner.agent.model.value(
+                                terminal, runner.agent.model.initial_state(1), torch.zeros(1)
+                            )
                             assert float(fresh) != pytest.approx(value, abs=1e-6)
                     expected += config.gamma * value
                 assert float(storage.rewards[t, i]) == float(rewards[i])  # the env's reward, untouched
@@ -269,8 +282,9 @@ def test_learning_rate_schedule_follows_the_update_count():
     halved = Config(lr=1.0, num_updates=4, lr_schedule="linear", lr_decay_start=0.5, lr_decay_from=0.5)
     assert [scheduled_lr(halved, u) for u in range(5)] == pytest.approx([1.0, 1.0, 0.5, 0.25, 0.0])
     # At its default (1) the decay begins at the full rate: the rates are those of the decay alone, exactly.
-    assert [scheduled_lr(Config(lr=7e-4, num_updates=8, lr_schedule="linear", lr_decay_start=0.75), u)
-            for u in range(9)] == [7e-4 * max(0.0, 1.0 - max(0.0, u / 8 - 0.75) / 0.25) for u in range(9)]
+    assert [
+        scheduled_lr(Config(lr=7e-4, num_updates=8, lr_schedule="linear", lr_decay_start=0.75), u) for u in range(9)
+    ] == [7e-4 * max(0.0, 1.0 - max(0.0, u / 8 - 0.75) / 0.25) for u in range(9)]
 
 
 def test_runner_sets_the_scheduled_rate_before_each_update(tmp_path):
@@ -300,7 +314,8 @@ def test_entropy_schedule_follows_the_update_count_or_the_env_steps():
     # updates 0 to 4, then 0.01 * (1 - (u/8 - 0.5) / 0.5): 0.0075, 0.005, 0.0025, 0.
     late = Config(entropy_coeff=0.01, num_updates=8, entropy_schedule="linear", entropy_decay_start=0.5)
     assert [scheduled_entropy_coeff(late, u) for u in range(9)] == pytest.approx(
-        [0.01, 0.01, 0.01, 0.01, 0.01, 0.0075, 0.005, 0.0025, 0.0])
+        [0.01, 0.01, 0.01, 0.01, 0.01, 0.0075, 0.005, 0.0025, 0.0]
+    )
 
 
 def test_runner_weighs_each_update_s_entropy_by_the_scheduled_coefficient(tmp_path):
@@ -314,8 +329,9 @@ def test_runner_weighs_each_update_s_entropy_by_the_scheduled_coefficient(tmp_pa
     runner.envs.close()
     assert [h["entropy_coeff"] for h in runner.history] == pytest.approx([0.01, 0.005])
     for h, coeff in zip(runner.history, (0.01, 0.005)):
-        assert h["total"] == pytest.approx(h["policy"] + config.value_coeff * h["value"] - coeff * h["entropy"],
-                                           rel=1e-5, abs=1e-6)
+        assert h["total"] == pytest.approx(
+            h["policy"] + config.value_coeff * h["value"] - coeff * h["entropy"], rel=1e-5, abs=1e-6
+        )
     (tmp_path / "constant").mkdir()
     constant = build_runner(small_config(num_updates=1), tmp_path / "constant")
     constant.train()

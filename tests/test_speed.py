@@ -13,6 +13,7 @@
   weights, gradients and checkpoints stay float32, and how near float32 its results stay; and
   that a rollout collected in ``casting_once`` casts each weight once and gives the same outputs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def short_run(make_runner, run_dir, **overrides) -> list[dict[str, float]]:
     """The stats of a 3-update run; ``overrides`` are settings of Config or of its Speed block."""
     speed = Speed(**{name: overrides.pop(name) for name in list(overrides) if name in Speed.__dataclass_fields__})
-    config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
-                    speed=speed, **overrides)
+    config = Config(
+        num_envs=2,
+        num_updates=3,
+        seed=3,
+        tensorboard=False,
+        progress=False,
+        max_episode_frames=150,
+        speed=speed,
+        **overrides,
+    )
     runner = make_runner(config, run_dir)
     runner.train()
     return runner.history
@@ -63,8 +72,10 @@ def test_channels_last_gives_the_same_network_and_outputs(arch, recurrent):
         assert torch.equal(a, b), name  # same initial values, only the memory order differs
     obs = torch.randint(0, 256, (3, 5, 4, 84, 84), dtype=torch.uint8)
     starts = torch.zeros(3, 5)
-    for a, b in zip(plain.forward_sequence(obs, plain.initial_state(5), starts)[:2],
-                    fast.forward_sequence(obs, fast.initial_state(5), starts)[:2]):
+    for a, b in zip(
+        plain.forward_sequence(obs, plain.initial_state(5), starts)[:2],
+        fast.forward_sequence(obs, fast.initial_state(5), starts)[:2],
+    ):
         assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -75,8 +86,9 @@ def test_channels_last_training_gives_the_same_losses(make_runner, tmp_path, arc
     plain = short_run(make_runner, tmp_path / "plain", channels_last=False, arch=arch, recurrent=recurrent)
     fast = short_run(make_runner, tmp_path / "fast", channels_last=True, arch=arch, recurrent=recurrent)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
-        assert_close(torch.tensor([h[key] for h in fast]), torch.tensor([h[key] for h in plain]),
-                     rtol=1e-3, atol=1e-6, msg=key)
+        assert_close(
+            torch.tensor([h[key] for h in fast]), torch.tensor([h[key] for h in plain]), rtol=1e-3, atol=1e-6, msg=key
+        )
 
 
 def test_nature_encoder_is_the_dqn_network():
@@ -129,7 +141,9 @@ def test_acting_in_inference_mode_matches_no_grad():
     assert torch.equal(graph_log_probs, log_probs) and graph_log_probs.grad_fn is None
     assert graph_logits.grad_fn is not None and torch.equal(graph_logits.detach(), logits)
     # The state it returns starts the next rollout, which is trained through: it must be usable with autograd.
-    agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[1].sum().backward()
+    agent.model.forward_sequence(obs.unsqueeze(0), tuple(s.clone() for s in next_state), starts.unsqueeze(0))[
+        1
+    ].sum().backward()
 
 
 # Run in a fresh process: malloc's settings and heap are the whole process's, and what earlier
@@ -155,8 +169,9 @@ for keep in (False, True):
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="keep_freed_memory sets glibc's malloc only")
 def test_keeping_freed_memory_keeps_a_freed_block_instead_of_returning_it_to_the_os():
-    out = subprocess.run([sys.executable, "-c", KEPT_OR_RETURNED], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", KEPT_OR_RETURNED], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.splitlines()
     (default_applied, *default), (kept_applied, *kept) = (line.split() for line in out)
     assert default_applied == kept_applied == "True"  # glibc: both settings applied
     assert all(float(mib) > 12 for mib in default)  # glibc's thresholds: the 16 MiB go back to the OS when freed
@@ -185,13 +200,15 @@ def test_encoder_in_passes_trains_the_same(make_runner, tmp_path):
     # The rollout run again in the update: 2 envs x 5 steps = 10 frames, in passes of 3, 3, 3 and 1.
     split = short_run(make_runner, tmp_path / "split", encoder_chunk=3, keep_graph=False)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
-        assert_close(torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]),
-                     rtol=1e-3, atol=1e-6, msg=key)
+        assert_close(
+            torch.tensor([h[key] for h in split]), torch.tensor([h[key] for h in whole]), rtol=1e-3, atol=1e-6, msg=key
+        )
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_frames_are_scaled_in_one_pass_to_the_same_numbers(channels_last):
     from nets.encoders import _scaled
+
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     scaled = _scaled(obs, channels_last)
     assert scaled.dtype == torch.float32 and torch.equal(scaled, obs.float() / 255.0)
@@ -202,8 +219,17 @@ def collected_rollout(make_runner, recurrent: bool, arch: str, tmp_path):
     """A runner on Pong whose rollout crosses an episode boundary (20-frame games), collected with its graph.
 
     On SB3's wrappers, whose 20-frame cap ends every env's game inside the second rollout."""
-    config = Config(num_envs=3, seed=5, recurrent=recurrent, arch=arch, hidden_size=32, tensorboard=False,
-                    progress=False, max_episode_frames=20, vec_env="dummy")
+    config = Config(
+        num_envs=3,
+        seed=5,
+        recurrent=recurrent,
+        arch=arch,
+        hidden_size=32,
+        tensorboard=False,
+        progress=False,
+        max_episode_frames=20,
+        vec_env="dummy",
+    )
     runner = make_runner(config, tmp_path)
     runner.collect()  # the first rollout starts every episode; the second carries state and crosses a reset
     batch = runner.collect()
@@ -237,8 +263,9 @@ def test_training_through_the_collected_graph_gives_the_same_losses(make_runner,
     kept = short_run(make_runner, tmp_path / "kept", arch=arch, recurrent=recurrent)
     rerun = short_run(make_runner, tmp_path / "rerun", keep_graph=False, arch=arch, recurrent=recurrent)
     for key in ("total", "policy", "value", "entropy", "grad_norm"):
-        assert_close(torch.tensor([h[key] for h in kept]), torch.tensor([h[key] for h in rerun]),
-                     rtol=1e-3, atol=1e-6, msg=key)
+        assert_close(
+            torch.tensor([h[key] for h in kept]), torch.tensor([h[key] for h in rerun]), rtol=1e-3, atol=1e-6, msg=key
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,6 +289,7 @@ def test_bf16_computes_the_encoder_in_bfloat16_and_the_rest_in_float32(arch, rec
     def record(name: str, module: torch.nn.Module, output: bool) -> None:
         def hook(_module, inputs, out) -> None:
             dtypes.setdefault(name, out.dtype if output else inputs[0].dtype)
+
         module.register_forward_hook(hook)
 
     record("conv out", next(m for m in fast.encoder.modules() if isinstance(m, torch.nn.Conv2d)), output=True)
@@ -275,8 +303,9 @@ def test_bf16_computes_the_encoder_in_bfloat16_and_the_rest_in_float32(arch, rec
     assert set(dtypes.values()) == {torch.float32}
     assert logits.dtype == values.dtype == torch.float32 and all(s.dtype == torch.float32 for s in state)
     (logits.logsumexp(-1).sum() + values.sum()).backward()
-    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
-               for p in fast.parameters())
+    assert all(
+        p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in fast.parameters()
+    )
 
 
 @pytest.mark.parametrize("arch,recurrent", [("universe", True), ("nature", False)])
@@ -305,8 +334,18 @@ def test_bf16_outputs_and_gradients_stay_near_float32(arch, recurrent):
 def test_bf16_training_stays_near_float32_and_saves_float32_weights(make_runner, tmp_path):
     # On SB3's wrappers: the rollout the tolerances below were set on.
     plain = short_run(make_runner, tmp_path / "plain", arch="nature", recurrent=False, vec_env="dummy")
-    config = Config(num_envs=2, num_updates=3, seed=3, tensorboard=False, progress=False, max_episode_frames=150,
-                    arch="nature", recurrent=False, speed=Speed(bf16=True), vec_env="dummy")
+    config = Config(
+        num_envs=2,
+        num_updates=3,
+        seed=3,
+        tensorboard=False,
+        progress=False,
+        max_episode_frames=150,
+        arch="nature",
+        recurrent=False,
+        speed=Speed(bf16=True),
+        vec_env="dummy",
+    )
     runner = make_runner(config, tmp_path / "fast")
     assert runner.agent.model.bf16
     runner.train()
@@ -346,7 +385,7 @@ def rollout_passes(model: ActorCritic, obs: torch.Tensor, once: bool) -> tuple[t
     model.zero_grad()
     state, starts = model.initial_state(obs.shape[1]), torch.zeros(obs.shape[1])
     casts = WeightCasts(model.encoder.parameters())
-    with casts, (model.casting_once() if once else contextlib.nullcontext()):
+    with casts, model.casting_once() if once else contextlib.nullcontext():
         outputs = []
         for frames in obs:
             logits, values, state = model(frames, state, starts)
@@ -376,8 +415,18 @@ def test_bf16_trains_alike_through_the_collected_graph_and_by_running_the_rollou
     # runs outside it. The first update sees the same weights and rollout both ways: the same
     # bfloat16 weights give the same losses, and the gradient differs only by the order of its
     # bfloat16 sums (one cast for the rollout's five passes against one for one pass of 80 frames).
-    runs = [short_run(make_runner, tmp_path / str(keep), keep_graph=keep, arch="nature", recurrent=False, bf16=True,
-                      vec_env="dummy") for keep in (True, False)]
+    runs = [
+        short_run(
+            make_runner,
+            tmp_path / str(keep),
+            keep_graph=keep,
+            arch="nature",
+            recurrent=False,
+            bf16=True,
+            vec_env="dummy",
+        )
+        for keep in (True, False)
+    ]
     kept, rerun = (history[0] for history in runs)
     for key in ("policy", "value", "entropy"):
         assert kept[key] == pytest.approx(rerun[key], rel=1e-5), key

@@ -1,6 +1,7 @@
 """Sticky actions in training (``--sticky-actions P``, Machado et al. 2018): the emulator of every env
 path gets the same probability, the id's own by default; the run keeps it in its settings, fixes it
 on resume and says it in its first lines; a probability outside [0, 1) is refused in one line."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ def test_each_id_has_its_own_default():
 
 
 @pytest.mark.parametrize("path", ["dummy", "subproc"])
-@pytest.mark.parametrize("env_name, sticky, expected", [("PongNoFrameskip-v4", None, 0.0), ("ALE/Pong-v5", None, 0.25),
-                                                         ("PongNoFrameskip-v4", 0.1, 0.1), ("ALE/Pong-v5", 0.0, 0.0)])
+@pytest.mark.parametrize(
+    "env_name, sticky, expected",
+    [
+        ("PongNoFrameskip-v4", None, 0.0),
+        ("ALE/Pong-v5", None, 0.25),
+        ("PongNoFrameskip-v4", 0.1, 0.1),
+        ("ALE/Pong-v5", 0.0, 0.0),
+    ],
+)
 def test_sb3_paths_set_the_emulator(path, env_name, sticky, expected):
     venv = make_vec_env(env_name, 2, seed=1, vec_env=path, sticky_actions=sticky)
     try:
@@ -50,8 +58,15 @@ def test_sb3_paths_set_the_emulator(path, env_name, sticky, expected):
         venv.close()
 
 
-@pytest.mark.parametrize("env_name, sticky, expected", [("PongNoFrameskip-v4", None, 0.0), ("ALE/Pong-v5", None, 0.25),
-                                                         ("PongNoFrameskip-v4", 0.1, 0.1), ("ALE/Pong-v5", 0.0, 0.0)])
+@pytest.mark.parametrize(
+    "env_name, sticky, expected",
+    [
+        ("PongNoFrameskip-v4", None, 0.0),
+        ("ALE/Pong-v5", None, 0.25),
+        ("PongNoFrameskip-v4", 0.1, 0.1),
+        ("ALE/Pong-v5", 0.0, 0.0),
+    ],
+)
 def test_ale_path_builds_its_emulator_with_the_probability(monkeypatch, env_name, sticky, expected):
     # The C++ vector env keeps its settings to itself: what it was built with is read at its constructor.
     built = []
@@ -108,8 +123,18 @@ def test_a_checkpoint_without_the_setting_trained_under_its_ids_own():
 
 
 def test_a_run_says_and_keeps_its_protocol_and_resume_fixes_it(tmp_path):
-    small = ["--num-envs", "2", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1",
-             "--log-dir", str(tmp_path)]
+    small = [
+        "--num-envs",
+        "2",
+        "--num-updates",
+        "2",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+    ]
     result = run_cli("--env-name", "ALE/Pong-v5", *small)
     assert result.returncode == 0, result.stderr
     head = result.stdout.splitlines()[:4]
@@ -120,8 +145,16 @@ def test_a_run_says_and_keeps_its_protocol_and_resume_fixes_it(tmp_path):
 
     refused = run_cli("--resume", os.path.join(run_dir, "a2c_last"), "--sticky-actions", "0", "--num-updates", "3")
     assert refused.returncode == 2 and "--sticky-actions 0.25" in refused.stderr
-    resumed = run_cli("--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "3", "--no-progress",
-                      "--no-cuda", "--threads", "1")
+    resumed = run_cli(
+        "--resume",
+        os.path.join(run_dir, "a2c_last"),
+        "--num-updates",
+        "3",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "protocol: sticky actions 0.25" in resumed.stdout
 

@@ -1,4 +1,5 @@
 """bench/study.py: configurations, update counts, steps-to-reach, the table, and one tiny study end to end."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,45 +21,54 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ------------------------------------------------------------------------------------------------ configurations
 def test_a_configuration_is_a_name_and_its_main_py_flags():
     assert study.parse_config("roll20=--rollout-size 20") == ("roll20", ["--rollout-size", "20"])
-    assert study.parse_config("adam1e-4=--optimizer adam --lr 1e-4") == ("adam1e-4", ["--optimizer", "adam",
-                                                                                      "--lr", "1e-4"])
+    assert study.parse_config("adam1e-4=--optimizer adam --lr 1e-4") == (
+        "adam1e-4",
+        ["--optimizer", "adam", "--lr", "1e-4"],
+    )
     assert study.parse_config("default=") == ("default", [])
     assert study.parse_config("clip0.5=--max-grad-norm 0.5") == ("clip0.5", ["--max-grad-norm", "0.5"])
 
 
-@pytest.mark.parametrize("text", ["roll20", "=--rollout-size 20", "../up=", "a/b=", "two words=", ".hidden=",
-                                  "quote=--env-name 'Pong"])
+@pytest.mark.parametrize(
+    "text", ["roll20", "=--rollout-size 20", "../up=", "a/b=", "two words=", ".hidden=", "quote=--env-name 'Pong"]
+)
 def test_a_configuration_without_a_plain_name_or_with_unsplittable_flags_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
         study.parse_config(text)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--seed", "3"], "--seed is set by the study (use its --seeds)"),
-    (["--log-dir", "x"], "--log-dir is set by the study"),
-    (["--num-updates", "9"], "--num-updates is set by the study (use its --steps)"),
-    (["--env-name", "BreakoutNoFrameskip-v4"], "--env-name is set by the study"),
-    (["--resume", "runs/x/a2c_last"], "--resume is not a training flag"),
-    (["--no-tensorboard"], "--no-tensorboard leaves the report nothing to read"),
-    (["--lr", "-1"], "argument --lr: expected a positive number, got '-1'"),
-    (["--nope"], "unrecognized arguments: --nope"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seed", "3"], "--seed is set by the study (use its --seeds)"),
+        (["--log-dir", "x"], "--log-dir is set by the study"),
+        (["--num-updates", "9"], "--num-updates is set by the study (use its --steps)"),
+        (["--env-name", "BreakoutNoFrameskip-v4"], "--env-name is set by the study"),
+        (["--resume", "runs/x/a2c_last"], "--resume is not a training flag"),
+        (["--no-tensorboard"], "--no-tensorboard leaves the report nothing to read"),
+        (["--lr", "-1"], "argument --lr: expected a positive number, got '-1'"),
+        (["--nope"], "unrecognized arguments: --nope"),
+    ],
+)
 def test_flags_main_py_refuses_or_the_study_sets_itself_are_refused(flags, message):
     with pytest.raises(ValueError) as exc:
         study.check_flags(flags)
     assert message in str(exc.value)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--configs", "a=", "a=--lr 1e-3"], "--configs: a name is given twice: a"),
-    (["--configs", "a=--seed 3"], "configuration a: --seed is set by the study"),
-    (["--configs", "a=", "--flags=--lr 0"], "configuration a: argument --lr: expected a positive number"),
-    (["--configs", "oops"], "expected NAME=FLAGS"),
-    (["--configs", "a=", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
-    (["--configs", "a=", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
-    ([], "the following arguments are required: --configs"),
-    (["--configs", "a=", "--parallel", "0"], "expected a positive integer, got '0'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--configs", "a=", "a=--lr 1e-3"], "--configs: a name is given twice: a"),
+        (["--configs", "a=--seed 3"], "configuration a: --seed is set by the study"),
+        (["--configs", "a=", "--flags=--lr 0"], "configuration a: argument --lr: expected a positive number"),
+        (["--configs", "oops"], "expected NAME=FLAGS"),
+        (["--configs", "a=", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
+        (["--configs", "a=", "--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+        ([], "the following arguments are required: --configs"),
+        (["--configs", "a=", "--parallel", "0"], "expected a positive integer, got '0'"),
+    ],
+)
 def test_the_command_line_refuses_bad_studies_before_training(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         study.main([*argv, "--log-dir", str(tmp_path)])
@@ -89,12 +99,24 @@ def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_fla
     flags = ["--num-envs", "2", "--rollout-size", "20"]
     new = study.run_command("PongNoFrameskip-v4", 7, 9, flags, log_dir="out/roll20_seed7")
     assert new[0] == sys.executable and new[1] == os.path.join(ROOT, "main.py")
-    assert new[2:] == ["--env-name", "PongNoFrameskip-v4", "--threads", "1", "--seed", "7", "--no-progress",
-                       "--log-dir", "out/roll20_seed7", "--num-updates", "9", *flags]
+    assert new[2:] == [
+        "--env-name",
+        "PongNoFrameskip-v4",
+        "--threads",
+        "1",
+        "--seed",
+        "7",
+        "--no-progress",
+        "--log-dir",
+        "out/roll20_seed7",
+        "--num-updates",
+        "9",
+        *flags,
+    ]
     # A stopped run carries on in its own run directory: the checkpoint says where, so no --log-dir.
     resumed = study.run_command("PongNoFrameskip-v4", 7, 9, flags, resume="out/roll20_seed7/run/a2c_last")
     assert resumed[2:4] == ["--resume", "out/roll20_seed7/run/a2c_last"] and "--log-dir" not in resumed
-    assert resumed[-len(flags) - 2:] == ["--num-updates", "9", *flags]
+    assert resumed[-len(flags) - 2 :] == ["--num-updates", "9", *flags]
     with pytest.raises(ValueError):
         study.run_command("PongNoFrameskip-v4", 7, 9, flags)
 
@@ -122,31 +144,50 @@ def test_the_tail_mean_averages_the_last_tenth_of_the_run():
 
 def scalars(means: list[tuple[int, float]], ev: list[tuple[int, float]], speeds: list[float]) -> dict:
     """Hand-made `plots.load_scalars` output of one run."""
+
     def series(points):
         return (np.array([s for s, _ in points], dtype=np.int64), np.array([v for _, v in points], dtype=float))
 
-    return {study.RETURN_TAG: series(means), study.EXPLAINED_VARIANCE_TAG: series(ev),
-            study.SPEED_TAG: series(list(zip(range(100, 100 * len(speeds) + 1, 100), speeds)))}
+    return {
+        study.RETURN_TAG: series(means),
+        study.EXPLAINED_VARIANCE_TAG: series(ev),
+        study.SPEED_TAG: series(list(zip(range(100, 100 * len(speeds) + 1, 100), speeds))),
+    }
 
 
 def test_a_configuration_s_row_from_its_runs_scalars():
     reach = [-15.0, 18.0]
-    fast = study.summarize_run(scalars([(50, -21.0), (400, -10.0), (900, 19.0)],
-                                       [(500, 0.1), (950, 0.5), (1000, 0.7)], [100.0, 300.0]), reach)
-    assert fast == {"steps": 1000, "reach": [400, 900], "final": 19.0, "explained_variance": 0.6,
-                    "steps_per_second": 200.0}
+    fast = study.summarize_run(
+        scalars([(50, -21.0), (400, -10.0), (900, 19.0)], [(500, 0.1), (950, 0.5), (1000, 0.7)], [100.0, 300.0]), reach
+    )
+    assert fast == {
+        "steps": 1000,
+        "reach": [400, 900],
+        "final": 19.0,
+        "explained_variance": 0.6,
+        "steps_per_second": 200.0,
+    }
     slow = study.summarize_run(scalars([(300, -20.0), (700, -12.0)], [(800, 0.3)], [50.0]), reach)
     assert slow["steps"] == 800 and slow["reach"] == [700, None] and slow["final"] == -12.0
     nothing = study.summarize_run({}, reach)  # a run stopped before it logged anything
     assert nothing["steps"] == 0 and nothing["reach"] == [None, None] and np.isnan(nothing["final"])
 
     row = study.config_row("roll20", ["--rollout-size", "20"], [1, 2], [fast, slow], reach)
-    assert row == {"config": "roll20", "flags": "--rollout-size 20", "seeds": [1, 2], "env_steps": 800,
-                   "steps_to_reach": {"-15": [400, 700], "18": [900, None]}, "final_mean100": [19.0, -12.0],
-                   "explained_variance": pytest.approx(0.45), "steps_per_second": pytest.approx(125.0)}
+    assert row == {
+        "config": "roll20",
+        "flags": "--rollout-size 20",
+        "seeds": [1, 2],
+        "env_steps": 800,
+        "steps_to_reach": {"-15": [400, 700], "18": [900, None]},
+        "final_mean100": [19.0, -12.0],
+        "explained_variance": pytest.approx(0.45),
+        "steps_per_second": pytest.approx(125.0),
+    }
     table = study.markdown_table([row, study.config_row("default", [], [1], [nothing], reach)], reach).splitlines()
-    assert table[2] == "| roll20 | `--rollout-size 20` | 1 2 | 800 | 400 / 700 | 900 / not reached | 19.00 / -12.00 " \
-                       "| 0.450 | 125 |"
+    assert (
+        table[2] == "| roll20 | `--rollout-size 20` | 1 2 | 800 | 400 / 700 | 900 / not reached | 19.00 / -12.00 "
+        "| 0.450 | 125 |"
+    )
     assert table[3] == "| default | none | 1 | 0 | not reached | not reached | - | - | - |"
 
 
@@ -155,9 +196,24 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     log_dir, out = tmp_path / "study", tmp_path / "report" / "tiny"
     # Games of 40 frames (10 steps) end at step t = 9 of each env: env 0's at env step 9 * 2 + 1 = 19, env 1's
     # at 20 (each env's steps counted in turn); 40 steps are 4 updates of a, 10 of b.
-    argv = ["--configs", "a=", "b=--rollout-size 2", "--flags", "--num-envs 2 --max-episode-frames 40 "
-            "--log-interval 1 --no-cuda", "--steps", "40", "--parallel", "2", "--log-dir", str(log_dir),
-            "--out", str(out), "--reach", "-21", "5"]
+    argv = [
+        "--configs",
+        "a=",
+        "b=--rollout-size 2",
+        "--flags",
+        "--num-envs 2 --max-episode-frames 40 --log-interval 1 --no-cuda",
+        "--steps",
+        "40",
+        "--parallel",
+        "2",
+        "--log-dir",
+        str(log_dir),
+        "--out",
+        str(out),
+        "--reach",
+        "-21",
+        "5",
+    ]
     result = subprocess.run([sys.executable, "-m", "bench.study", *argv], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| a | none | 42 | 40 | 19 | not reached | 0.00 |" in result.stdout
@@ -182,4 +238,3 @@ def test_a_tiny_study_trains_each_configuration_reports_and_carries_on_where_it_
     assert "2 finished already, 0 to train" in out_text and "starting" not in out_text
     assert len([d for d in (log_dir / "a_seed42").iterdir() if d.is_dir()]) == 1
     assert json.loads((tmp_path / "report" / "tiny.json").read_text())["rows"] == rows
-

@@ -2,6 +2,7 @@
 autoreset, no fake transition, time limits told from terminations, per-env seeds and kwargs,
 continuous actions clipped only on their way to the env), the MLP encoder and the Gaussian
 policy, short training runs through ``main.py``, and videos of their rendered frames."""
+
 from __future__ import annotations
 
 import glob
@@ -18,13 +19,12 @@ from torch.testing import assert_close
 
 import checkpoints
 import main as cli
-from envs import action_size, make_vec_env
-from envs import make_eval_envs
-from video import GameRecorder
+from envs import action_size, make_eval_envs, make_vec_env
 from gym_vec_env import GymVecEnv
 from model import build_model
 from nets.encoders import MLPEncoder
 from storage import RolloutStorage
+from video import GameRecorder
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -93,6 +93,7 @@ def test_per_env_kwargs_and_continuous_actions_clipped_on_the_way_to_the_env():
 
 def test_factory_refuses_what_the_agent_cannot_play():
     from utils import UsageError
+
     with pytest.raises(UsageError, match="flat Box observations"):
         make_vec_env("FrozenLake-v1", 2)
     with pytest.raises(UsageError, match="non-Atari"):
@@ -127,13 +128,32 @@ def test_vectors_get_the_mlp_and_box_actions_a_gaussian_worked_by_hand():
     assert storage.actions.shape == (4, 2, 2) and storage.actions.dtype == torch.float32
 
 
-@pytest.mark.parametrize("env_name, flags", [("CartPole-v1", ["--recurrent", "--eval-interval", "30",
-                                                              "--eval-episodes", "2"]),
-                                              ("Pendulum-v1", ["--no-recurrent", "--vec-env", "async"])])
+@pytest.mark.parametrize(
+    "env_name, flags",
+    [
+        ("CartPole-v1", ["--recurrent", "--eval-interval", "30", "--eval-episodes", "2"]),
+        ("Pendulum-v1", ["--no-recurrent", "--vec-env", "async"]),
+    ],
+)
 def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     """A short run writes its checkpoints and logs its episodes; a2c_last resumes and plays --eval."""
-    argv = ["--env-name", env_name, "--num-envs", "4", "--num-updates", "60", "--no-progress", "--no-cuda",
-            "--threads", "1", "--max-episode-frames", "50", "--log-dir", str(tmp_path), *flags]
+    argv = [
+        "--env-name",
+        env_name,
+        "--num-envs",
+        "4",
+        "--num-updates",
+        "60",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--max-episode-frames",
+        "50",
+        "--log-dir",
+        str(tmp_path),
+        *flags,
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / f"{env_name}_*"))
     last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
@@ -146,8 +166,24 @@ def test_training_a_vector_env_through_main(tmp_path, env_name, flags):
     assert cli.main(["--no-cuda", "--resume", os.path.join(run_dir, "a2c_last"), "--num-updates", "70"]) == 0
     assert checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["update"] == 70
     out = tmp_path / "eval.json"
-    assert cli.main(["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "3", "--deterministic",
-                     "--max-episode-frames", "40", "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "--no-cuda",
+                "--eval",
+                "--load",
+                os.path.join(run_dir, "a2c_last"),
+                "--episodes",
+                "3",
+                "--deterministic",
+                "--max-episode-frames",
+                "40",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert len(result["scores"]) == 3 and all(1 <= n <= 40 for n in result["lengths"])
     assert result["max_episode_frames"] == 40 and result["env_name"] == env_name
@@ -158,15 +194,35 @@ def test_mlp_width_and_log_std_init_shape_the_network_and_checkpoints_keep_them(
     """--mlp-width sets both MLPs' layers (actor's and critic's), --log-std-init the Gaussian's
     starting std; a checkpoint rebuilds the same widths, and one saved without a width (before
     the flag) still loads as the 64-unit network it was."""
-    argv = ["--env-name", "Pendulum-v1", "--num-envs", "2", "--num-updates", "1", "--no-progress", "--no-cuda", "--threads", "1",
-            "--mlp-width", "32", "--log-std-init", "-2", "--no-sde", "--log-dir", str(tmp_path)]
+    argv = [
+        "--env-name",
+        "Pendulum-v1",
+        "--num-envs",
+        "2",
+        "--num-updates",
+        "1",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--mlp-width",
+        "32",
+        "--log-std-init",
+        "-2",
+        "--no-sde",
+        "--log-dir",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1_*"))
     data = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
     assert data["model_spec"]["mlp_width"] == 32
     weights = data["model"]
     assert weights["encoder.layers.0.weight"].shape == (32, 3) and weights["encoder.layers.2.weight"].shape == (32, 32)
-    assert weights["critic.encoder.layers.2.weight"].shape == (32, 32) and weights["policy.linear.weight"].shape == (1, 32)
+    assert weights["critic.encoder.layers.2.weight"].shape == (32, 32) and weights["policy.linear.weight"].shape == (
+        1,
+        32,
+    )
     # One update of RMSprop moves the log-std by about lr at most from where it started.
     assert float(weights["policy.log_std"]) == pytest.approx(-2.0, abs=0.01)
     assert build_model((3,), 1, recurrent=False, continuous=True).policy.log_std.tolist() == [0.0]
@@ -193,8 +249,10 @@ def test_state_dependent_exploration_by_hand():
     # spreads: sqrt(.36 * 1 + .64 * 9) = sqrt(6.12), sqrt(.36 * 4 + .64 * .25) = sqrt(1.6)
     assert_close(dist.base_dist.scale, torch.tensor([[6.12, 1.6]]).add(1e-6).sqrt())
     action = torch.tensor([[1.5, 1.0]])
-    by_hand = sum(-(a - m) ** 2 / (2 * v) - 0.5 * math.log(2 * math.pi * v)
-                  for a, m, v in [(1.5, 0.5, 6.120001), (1.0, -1.0, 1.600001)])
+    by_hand = sum(
+        -((a - m) ** 2) / (2 * v) - 0.5 * math.log(2 * math.pi * v)
+        for a, m, v in [(1.5, 0.5, 6.120001), (1.0, -1.0, 1.600001)]
+    )
     assert float(dist.log_prob(action).detach()) == pytest.approx(by_hand, abs=1e-5)
     assert_close(model.mode(out), out[:, :2])
     agent = A2CAgent(model)
@@ -215,21 +273,41 @@ def test_state_dependent_exploration_by_hand():
 def test_cartpole_learns(tmp_path):
     """The vector path learns, not only runs: a feed-forward agent lifts CartPole's mean return
     well above random play (about 22) within 32,000 env steps."""
-    argv = ["--env-name", "CartPole-v1", "--num-envs", "8", "--num-updates", "800", "--no-recurrent",
-            "--optimizer", "adam", "--lr", "1e-3", "--no-progress", "--no-cuda", "--threads", "1", "--log-dir", str(tmp_path)]
+    argv = [
+        "--env-name",
+        "CartPole-v1",
+        "--num-envs",
+        "8",
+        "--num-updates",
+        "800",
+        "--no-recurrent",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1_*"))
     returns = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))["episode_returns"]
     assert np.mean(returns[-50:]) > 45, returns[-50:]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
-    (["--env-name", "FrozenLake-v1"], "flat Box observations"),
-    (["--env-name", "CartPole-v1", "--log-std-init", "-1"], "--log-std-init is for continuous actions"),
-    (["--env-name", "CartPole-v1", "--sde"], "--sde is for continuous actions"),
-    (["--env-name", "PongNoFrameskip-v4", "--mlp-width", "128"], "--mlp-width is the width of the MLP"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env-name", "CartPole-v1", "--icm"], "--icm works on Atari games only"),
+        (["--env-name", "FrozenLake-v1"], "flat Box observations"),
+        (["--env-name", "CartPole-v1", "--log-std-init", "-1"], "--log-std-init is for continuous actions"),
+        (["--env-name", "CartPole-v1", "--sde"], "--sde is for continuous actions"),
+        (["--env-name", "PongNoFrameskip-v4", "--mlp-width", "128"], "--mlp-width is the width of the MLP"),
+    ],
+)
 def test_bad_vector_env_input_is_one_line(one_line_error, tmp_path, argv, message):
     assert message in one_line_error([*argv, "--log-dir", str(tmp_path)])
 
@@ -252,13 +330,45 @@ def test_eval_of_a_saved_cartpole_agent_records_its_rendered_games(tmp_path):
     """``--video`` plays a non-Atari env in one process with its rendered frames: one H.264 file a
     game, numbered across envs, holding the frame after the reset and after each step (l + 1),
     at the render's size (CartPole: 600 x 400) and rate (50 fps)."""
-    argv = ["--env-name", "CartPole-v1", "--num-envs", "2", "--rollout-size", "5", "--num-updates", "3",
-            "--no-progress", "--no-cuda", "--threads", "1", "--no-tensorboard", "--log-dir", str(tmp_path / "runs")]
+    argv = [
+        "--env-name",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--rollout-size",
+        "5",
+        "--num-updates",
+        "3",
+        "--no-progress",
+        "--no-cuda",
+        "--threads",
+        "1",
+        "--no-tensorboard",
+        "--log-dir",
+        str(tmp_path / "runs"),
+    ]
     assert cli.main(argv) == 0
     (run_dir,) = glob.glob(str(tmp_path / "runs" / "CartPole-v1_*"))
     videos, out = tmp_path / "videos" / "new", tmp_path / "eval.json"  # a missing folder is made
-    assert cli.main(["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "2",
-                     "--max-episode-frames", "40", "--video", str(videos), "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "--no-cuda",
+                "--eval",
+                "--load",
+                os.path.join(run_dir, "a2c_last"),
+                "--episodes",
+                "2",
+                "--max-episode-frames",
+                "40",
+                "--video",
+                str(videos),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     files = sorted(os.listdir(videos))
     names = [re.fullmatch(r"env(\d\d)_episode(\d{3})_score(\d+)\.mp4", name) for name in files]
@@ -307,6 +417,7 @@ def test_an_odd_sized_render_encodes_padded_to_even_and_machado_is_refused(tmp_p
     assert np.abs(first.astype(int) - (200, 60, 30)).max() < 12  # the padding repeats the edge: no black border
 
     from utils import UsageError
+
     with pytest.raises(UsageError, match="--protocol machado is for Atari games, not CartPole-v1"):
         make_eval_envs("CartPole-v1", 1, 0, "machado", video_dir=str(tmp_path / "never"))
     assert not os.path.exists(tmp_path / "never")

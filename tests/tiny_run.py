@@ -1,6 +1,7 @@
 """Tiny runs through ``main.py`` for the tests that train one: the flags of a tiny run, one trained
 in-process, and one trained in a process of its own that is stopped with a signal once it has
 written its first ``a2c_last``."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,21 @@ import main as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 2 envs x 5 steps = 10 env steps an update; one torch thread, nothing but what a test reads.
-TINY = ["--num-envs", "2", "--rollout-size", "5", "--no-progress", "--no-cuda", "--threads", "1",
-        "--no-tensorboard", "--seed", "3", "--eval-interval", "0"]
+TINY = [
+    "--num-envs",
+    "2",
+    "--rollout-size",
+    "5",
+    "--no-progress",
+    "--no-cuda",
+    "--threads",
+    "1",
+    "--no-tensorboard",
+    "--seed",
+    "3",
+    "--eval-interval",
+    "0",
+]
 
 
 def train(log_dir, *extra: str) -> str:
@@ -41,8 +55,9 @@ def stop_after_first_last(argv: list[str], signum: int) -> tuple[subprocess.Pope
     (inside the loop: the handlers are in place), and wait for it to end.
 
     Returns the process, the a2c_last path, and its stdout and stderr."""
-    proc = subprocess.Popen([sys.executable, "-u", "main.py", *argv], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "main.py", *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         last_path = wait_for_first_last(proc)
         assert os.path.exists(last_path)

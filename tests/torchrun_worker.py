@@ -8,6 +8,7 @@ with, the games that ended on its own envs, the loss of its own shard at each up
 exit code) and ``rank<R>.pt`` (its weights, optimizer state, counters and the stats of each
 update when training ended).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ def main(out_dir: str, argv: list[str]) -> int:
         os.replace(path + ".tmp", path)
 
     write()
-    make_vec_env, note, learn, train = (envs.make_vec_env, runner.Runner._note_step, runner.Runner.learn,
-                                        runner.Runner.train)
+    make_vec_env, note, learn, train = (
+        envs.make_vec_env,
+        runner.Runner._note_step,
+        runner.Runner.learn,
+        runner.Runner.train,
+    )
 
     def recording_make_vec_env(env_name, num_envs, n_stack=4, seed=0, *args, **kwargs):
         record["env_seeds"] += [seed + i for i in range(num_envs)]
@@ -50,14 +55,25 @@ def main(out_dir: str, argv: list[str]) -> int:
 
     def recording_train(self):
         state = train(self)
-        torch.save({"model": self.agent.model.state_dict(), "optimizer": self.agent.optimizer.state_dict(),
-                    "update": state.update, "step": state.step, "episode_count": state.episodes.count,
-                    "history": list(self.history)},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {
+                "model": self.agent.model.state_dict(),
+                "optimizer": self.agent.optimizer.state_dict(),
+                "update": state.update,
+                "step": state.step,
+                "episode_count": state.episodes.count,
+                "history": list(self.history),
+            },
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
         return state
 
     envs.make_vec_env, runner.Runner._note_step, runner.Runner.learn, runner.Runner.train = (
-        recording_make_vec_env, recording_note, recording_learn, recording_train)
+        recording_make_vec_env,
+        recording_note,
+        recording_learn,
+        recording_train,
+    )
     code = cli.main(argv)
     record["exit_code"] = code
     write()
