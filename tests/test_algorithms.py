@@ -7,7 +7,6 @@ it through the command line.
 """
 
 import glob
-import inspect
 import os
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ import algorithms
 import config as settings
 import main as cli
 import recipes
-from agent import A2CAgent, Agent, rollout_settings
+from agent import A2CAgent, rollout_settings
 from algorithms import Algorithm, check_algorithm_settings
 from config import Config, flag_of, positive_float, setting
 from envs import is_atari
@@ -132,13 +131,6 @@ def test_an_algorithm_s_check_and_settings_refuse_in_one_line(registered, one_li
     assert one_line_error([*SMALL, "--return-power", "0"]).startswith("error: argument --return-power: expected a")
     assert one_line_error([*SMALL, "--algo", "nope"]) == "error: unknown --algo 'nope' (one of a2c, ppo, grpo, returns)"
     assert not os.listdir(tmp_path)
-
-
-def test_the_built_in_algorithms_share_the_update_contract():
-    for name in ("a2c", "ppo", "grpo"):
-        agent = algorithms.ALGORITHMS[name].agent
-        assert issubclass(agent, Agent), name
-        assert list(inspect.signature(agent.update).parameters)[1:4] == ["batch", "index", "on_loss"], name
 
 
 # An Atari game, a vector-observation env without a recipe of its own, and every env with one.
