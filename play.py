@@ -199,6 +199,18 @@ def play(
     return 0
 
 
+def grid_outputs(load: str, kind: str, json_path: Optional[str], out: Optional[str]) -> tuple[str, str]:
+    """Where a grid's table (JSON) and image (PNG) go: as typed, else beside the checkpoint as
+    ``CHECKPOINT_<kind>.json`` and ``.png``; checked writable before anything is played."""
+    json_path, out = json_path or f"{load}_{kind}.json", out or f"{load}_{kind}.png"
+    for path in (json_path, out):
+        try:
+            probe_writable(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
+            raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    return json_path, out
+
+
 def play_robustness(
     config: Config,
     settings: Config,
@@ -222,13 +234,7 @@ def play_robustness(
             f"--robustness plays Atari games under sticky actions; {env_name} has no emulator "
             f"(--physics-grid varies a control env's physics)"
         )
-    json_path = json_path or f"{load}_robustness.json"
-    out = out or f"{load}_robustness.png"
-    for path in (json_path, out):
-        try:
-            probe_writable(os.path.dirname(os.path.abspath(path)))
-        except OSError as exc:
-            raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    json_path, out = grid_outputs(load, "robustness", json_path, out)
     num_envs = min(eval_envs or 8, episodes)
     seed = env_seed(config.seed, evaluation=True)
     device = pick_device(
@@ -310,13 +316,7 @@ def play_grid(
 
     env_name = checkpoint["env_name"]
     check_randomizable(env_name, "--physics-grid")
-    json_path = json_path or f"{load}_physics_grid.json"
-    out = out or f"{load}_physics_grid.png"
-    for path in (json_path, out):
-        try:
-            probe_writable(os.path.dirname(os.path.abspath(path)))
-        except OSError as exc:
-            raise UsageError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    json_path, out = grid_outputs(load, "physics_grid", json_path, out)
     device = pick_device(
         config.cuda,
         config.threads,
