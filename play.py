@@ -39,29 +39,16 @@ def play_command(config: Config, args: Any, typed: set[str], flag: Callable[[str
     checkpoint = load_checkpoint(args.load)
     allowed = typed - set(ARCHITECTURE)
     max_frames = config.max_episode_frames if "max_episode_frames" in typed else None
-    if args.robustness:
+    if args.robustness or args.physics_grid:
         settings = settings_from_checkpoint(checkpoint, args.load, config, typed, allowed, flag)
-        return play_robustness(
+        play_cells = play_robustness if args.robustness else play_grid
+        return play_cells(
             config,
             settings,
             checkpoint,
             args.load,
             args.episodes,
             max_frames=max_frames,
-            deterministic=args.deterministic,
-            json_path=args.json,
-            out=args.out if "out" in args.typed else None,
-            eval_envs=args.eval_envs,
-        )
-    if args.physics_grid:
-        settings = settings_from_checkpoint(checkpoint, args.load, config, typed, allowed, flag)
-        return play_grid(
-            config,
-            settings,
-            checkpoint,
-            args.load,
-            args.episodes,
-            max_steps=max_frames,
             deterministic=args.deterministic,
             json_path=args.json,
             out=args.out if "out" in args.typed else None,
@@ -303,7 +290,7 @@ def play_grid(
     load: str,
     episodes: int,
     *,
-    max_steps: Optional[int] = None,
+    max_frames: Optional[int] = None,
     deterministic: bool = False,
     json_path: Optional[str] = None,
     out: Optional[str] = None,
@@ -312,7 +299,7 @@ def play_grid(
     """Play the agent saved at ``load`` over its env's grid of physics (``physics_grid.py``); write
     the table (JSON) and the heat map (PNG), by default beside the checkpoint. The summary printed
     gives the mean over the held-out cells and over those inside the training physics apart,
-    where the grid has both."""
+    where the grid has both. ``max_frames`` (a typed ``--max-episode-frames``) caps an episode's steps."""
 
     env_name = checkpoint["env_name"]
     check_randomizable(env_name, "--physics-grid")
@@ -337,7 +324,7 @@ def play_grid(
         normalize_obs=settings.normalize_obs,
         deterministic=deterministic,
         num_envs=eval_envs,
-        max_episode_steps=max_steps,
+        max_episode_steps=max_frames,
     )
     grid["checkpoint"] = os.path.abspath(load)
     write_json(grid, json_path)
