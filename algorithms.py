@@ -44,7 +44,7 @@ def _anything(config: Config) -> None:
 
 
 def _family(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
-    """The defaults of an algorithm that trains with its env family's (``recipes.family_defaults``)."""
+    """The defaults of an algorithm that trains with its env family's (``families.EnvFamily.defaults``)."""
     return family
 
 

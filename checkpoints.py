@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from config import Config, get_setting, optimizer_name, with_settings
-from envs import game_of, id_sticky_actions, is_atari
+from envs import game_of, owner_of
 from metrics import EpisodeStats
 from seeds import rng_state, set_rng_state
 from utils import UsageError, atomic_write
@@ -171,8 +171,9 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     either resumes with the optimizer (and the optimizer state) it was trained with.
     """
     config = data.get("config", {})
-    if config.get("sticky_actions") is None and is_atari(data.get("env_name", "")):
-        config["sticky_actions"] = id_sticky_actions(data["env_name"])  # older runs trained under the id's own
+    family = owner_of(data.get("env_name", ""))
+    if config.get("sticky_actions") is None and family is not None:  # older runs trained under the id's own
+        config["sticky_actions"] = family.sticky_actions(data["env_name"])
     # Format 1's "rmsprop" was torch's; format 2's is TensorFlow's form, now named "rmsprop-tf".
     renamed = "torch-rmsprop" if data["format"] == "recurrent-a2c/1" else optimizer_name("rmsprop")
     for holder, key in ((config, "optimizer"), (data, "optimizer_name")):

@@ -27,12 +27,12 @@ from perf import keep_freed_memory
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
 
 
-def choose_device(want_cuda: Optional[bool], vector_obs: bool, *, say: bool = True) -> torch.device:
-    """The device of a run: ``want_cuda`` None (not typed) takes CUDA for image observations when
-    it is available and the CPU for vector observations; True takes CUDA when it is available and
+def choose_device(want_cuda: Optional[bool], cuda_by_default: bool, *, say: bool = True) -> torch.device:
+    """The device of a run: ``want_cuda`` None (not typed) takes CUDA where it is available if
+    ``cuda_by_default`` (its env family's ``cuda``: Atari games), else the CPU; True takes CUDA when it is available and
     otherwise says so (with ``say``) and takes the CPU; False takes the CPU."""
     if want_cuda is None:
-        want_cuda = not vector_obs
+        want_cuda = cuda_by_default
         if not torch.cuda.is_available():
             return torch.device("cpu")
     if want_cuda and torch.cuda.is_available():
@@ -47,13 +47,13 @@ def pick_device(
     threads: int = 0,
     keep_freed: bool = True,
     *,
-    vector_obs: bool = False,
+    cuda_by_default: bool = True,
     tf32: bool = False,
     reproducible: bool = False,
     say: bool = True,
 ) -> torch.device:
-    """The torch device to use (:func:`choose_device`: ``want_cuda`` None picks by the kind of
-    observation; ``say``: print the fallback line, which under torchrun one process a machine
+    """The torch device to use (:func:`choose_device`: ``want_cuda`` None picks by the env
+    family; ``say``: print the fallback line, which under torchrun one process a machine
     does), after setting the CPU thread count (0: torch's default), the float policy (``tf32``,
     ``reproducible``) and, with ``keep_freed``, letting malloc keep freed activations for reuse
     (`perf.keep_freed_memory`)."""
@@ -64,7 +64,7 @@ def pick_device(
     set_float_policy(tf32)
     if reproducible:
         make_reproducible()
-    return choose_device(want_cuda, vector_obs, say=say)
+    return choose_device(want_cuda, cuda_by_default, say=say)
 
 
 def describe(device: torch.device, *, tf32: bool = False, bf16: bool = False) -> str:

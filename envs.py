@@ -30,7 +30,9 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
 from ale_vec_env import AleVecEnv, frame_cap
+from config import PRESETS
 from control import workers_ignore_stop_signals
+from families import FAMILIES, EnvFamily, owner, register_family
 from gym_vec_env import GymVecEnv
 from randomize import physics_wrapper
 from utils import UsageError, probe_writable
@@ -55,12 +57,29 @@ def check_env_id(env_name: str) -> None:
 
 
 def check_env(env_name: str) -> bool:
-    """:func:`check_env_id`, and for a non-Atari env its spaces (one env built and closed): raise
-    `UsageError` before anything is written if the agent cannot play it. Returns whether its
-    actions are continuous (an Atari game's never are)."""
+    """:func:`check_env_id`, then its family's check (``EnvFamily.check``: a vector env's spaces, one
+    env built and closed): raise `UsageError` before anything is written if the agent cannot play it.
+    Returns whether its actions are continuous (an Atari game's never are)."""
+    return family_of(env_name).check(env_name)
+
+
+def family_of(env_name: str) -> EnvFamily:
+    """The family of the registered id ``env_name`` (``families.py``); a one-line `UsageError` for an
+    unknown id or one that no family owns."""
     check_env_id(env_name)
-    if _is_atari(env_name):
-        return False
+    family = owner(env_name)
+    if family is None:
+        raise UsageError(f"'{env_name}' belongs to no env family this agent knows")
+    return family
+
+
+def owner_of(env_name: str) -> Optional[EnvFamily]:
+    """The family of ``env_name``; None for an id that is not registered (a checkpoint of an env made
+    in another program) or that no family owns."""
+    return owner(env_name) if env_name in gym.registry else None
+
+
+def _check_vector_env(env_name: str) -> bool:
     try:
         env = gym.make(env_name)
     except gym.error.DependencyNotInstalled as exc:  # e.g. MuJoCo for HalfCheetah-v5
@@ -125,7 +144,7 @@ def check_sticky_actions(sticky_actions: Optional[float], env_name: str) -> None
     """Refuse, in one line, sticky actions outside [0, 1) or for an env that is not an Atari game."""
     if sticky_actions is None:
         return
-    if not _is_atari(env_name):
+    if family_of(env_name).sticky_actions(env_name) is None:
         raise UsageError(f"--sticky-actions is for Atari games; {env_name} has no emulator to repeat actions")
     if not 0 <= sticky_actions < 1:
         raise UsageError(f"--sticky-actions is a probability in [0, 1), got {sticky_actions:g}")
@@ -187,33 +206,79 @@ def make_vec_env(
     (e.g. a video recorder), outside its physics. ``observation_window`` (non-Atari envs): what
     ``gym_vec_env.ObservationWindow`` shows the policy, (observations, previous action and reward).
     """
-    check_env_id(env_name)
     check_sticky_actions(sticky_actions, env_name)
-    if not _is_atari(env_name):
-        mode = "async" if vec_env in ("subproc", "async") else "sync"
-        if adr is not None and mode == "async":
-            raise UsageError(
-                "--randomize-domain adr moves one set of ranges that every env draws from: it "
-                "needs the envs in this process (--vec-env sync), not --vec-env async"
-            )
-        if randomize is not None or physics is not None or adr is not None:
-            wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
-        venv = GymVecEnv(
-            env_name,
-            num_envs,
-            seed,
-            mode,
-            env_kwargs,
-            max_episode_frames,
-            wrap=wrap,
-            observation_window=observation_window,
+    return family_of(env_name).make_envs(
+        env_name,
+        num_envs,
+        n_stack,
+        seed,
+        vec_env,
+        max_episode_frames,
+        env_kwargs,
+        randomize=randomize,
+        physics=physics,
+        wrap=wrap,
+        frame_size=frame_size,
+        adr=adr,
+        observation_window=observation_window,
+        sticky_actions=sticky_actions,
+    )
+
+
+def _vector_envs(
+    env_name: str,
+    num_envs: int,
+    n_stack: int,
+    seed: int,
+    vec_env: str,
+    max_episode_frames: Optional[int],
+    env_kwargs: Optional[Sequence[dict[str, Any]]],
+    *,
+    randomize: Optional[str],
+    physics: Optional[dict[str, Any]],
+    wrap: Optional[Callable[[int, gym.Env], gym.Env]],
+    adr: Any,
+    observation_window: tuple[int, bool],
+    **_: Any,
+) -> VecEnv:
+    """The vector family's envs (``make_vec_env``): gymnasium's vector env, physics and window on top."""
+    mode = "async" if vec_env in ("subproc", "async") else "sync"
+    if adr is not None and mode == "async":
+        raise UsageError(
+            "--randomize-domain adr moves one set of ranges that every env draws from: it "
+            "needs the envs in this process (--vec-env sync), not --vec-env async"
         )
-        try:
-            _check_spaces(env_name, venv.observation_space, venv.action_space)
-        except UsageError:
-            venv.close()
-            raise
-        return venv
+    if randomize is not None or physics is not None or adr is not None:
+        wrap = physics_wrapper(env_name, seed, randomize or "never", physics, outer=wrap, adr=adr)
+    venv = GymVecEnv(
+        env_name, num_envs, seed, mode, env_kwargs, max_episode_frames, wrap=wrap, observation_window=observation_window
+    )
+    try:
+        _check_spaces(env_name, venv.observation_space, venv.action_space)
+    except UsageError:
+        venv.close()
+        raise
+    return venv
+
+
+def _atari_envs(
+    env_name: str,
+    num_envs: int,
+    n_stack: int,
+    seed: int,
+    vec_env: str,
+    max_episode_frames: Optional[int],
+    env_kwargs: Optional[Sequence[dict[str, Any]]],
+    *,
+    randomize: Optional[str],
+    physics: Optional[dict[str, Any]],
+    wrap: Optional[Callable[[int, gym.Env], gym.Env]],
+    frame_size: int,
+    adr: Any,
+    observation_window: tuple[int, bool],
+    sticky_actions: Optional[float],
+) -> VecEnv:
+    """The Atari family's envs (``make_vec_env``): frame-stacked screens, on ale-py's C++ vector env or SB3's wrappers."""
     if (
         env_kwargs is not None
         or randomize is not None
@@ -318,10 +383,13 @@ def make_eval_envs(
         raise UsageError(
             "--full-action-space belongs to --protocol machado (the classic protocol plays the minimal action set)"
         )
-    check_env_id(env_name)
-    atari = is_atari(env_name)
-    if not atari and protocol != "classic":
-        raise UsageError(f"--protocol {protocol} is for Atari games, not {env_name} (it plays the classic protocol)")
+    family = family_of(env_name)
+    name = protocol if isinstance(protocol, str) else "machado"  # a protocol of its own sets the emulator
+    if name not in family.protocols:
+        raise UsageError(
+            f"--protocol {name} is for {', '.join(f.label for f in FAMILIES.values() if name in f.protocols)}, "
+            f"not {env_name} (it plays the {' or '.join(family.protocols)} protocol)"
+        )
 
     caps: list[Optional[int]]
     if max_episodes_per_env is None or isinstance(max_episodes_per_env, int):
@@ -338,9 +406,7 @@ def make_eval_envs(
             raise UsageError(f"cannot write videos to '{video_dir}': {exc.strerror or exc}") from None
 
     def record(rank: int, env: gym.Env) -> gym.Env:
-        """Env ``rank`` with its `GameRecorder`, numbered as the docstring says (unchanged without videos)."""
-        if video_dir is None:
-            return env
+        """Env ``rank`` with its `GameRecorder`, numbered as the docstring says."""
         if caps[rank] is None:
             first, stride = rank + 1, num_envs
         else:
@@ -349,29 +415,71 @@ def make_eval_envs(
             env, video_dir, f"env{rank:02d}", first_episode=first, episode_stride=stride, max_games=caps[rank]
         )
 
-    if not atari:
-        if video_dir is None:
-            return make_vec_env(
-                env_name,
-                num_envs,
-                seed=seed,
-                vec_env=vec_env,
-                max_episode_frames=max_episode_frames,
-                observation_window=observation_window,
-            )
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
-        return GymVecEnv(
+    return family.make_eval_envs(
+        env_name,
+        num_envs,
+        seed,
+        PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol,
+        n_stack=n_stack,
+        full_action_space=full_action_space,
+        record=record if video_dir is not None else None,
+        max_episode_frames=max_episode_frames,
+        vec_env=vec_env,
+        frame_size=frame_size,
+        observation_window=observation_window,
+    )
+
+
+def _vector_eval_envs(
+    env_name: str,
+    num_envs: int,
+    seed: int,
+    protocol: Protocol,
+    *,
+    record: Optional[Callable[[int, gym.Env], gym.Env]],
+    max_episode_frames: Optional[int],
+    vec_env: str,
+    observation_window: tuple[int, bool],
+    **_: Any,
+) -> VecEnv:
+    """The vector family's evaluation envs (``make_eval_envs``): as in training; with videos, rendered in this process."""
+    if record is None:
+        return make_vec_env(
             env_name,
             num_envs,
-            seed,
-            "sync",
-            [{"render_mode": "rgb_array"}] * num_envs,
-            max_episode_frames,
-            wrap=record,
+            seed=seed,
+            vec_env=vec_env,
+            max_episode_frames=max_episode_frames,
             observation_window=observation_window,
         )
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders off screen (no display needed)
+    return GymVecEnv(
+        env_name,
+        num_envs,
+        seed,
+        "sync",
+        [{"render_mode": "rgb_array"}] * num_envs,
+        max_episode_frames,
+        wrap=record,
+        observation_window=observation_window,
+    )
 
-    settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
+
+def _atari_eval_envs(
+    env_name: str,
+    num_envs: int,
+    seed: int,
+    settings: Protocol,
+    *,
+    n_stack: int,
+    full_action_space: bool,
+    record: Optional[Callable[[int, gym.Env], gym.Env]],
+    max_episode_frames: Optional[int],
+    vec_env: str,
+    frame_size: int,
+    **_: Any,
+) -> VecEnv:
+    """The Atari family's evaluation envs (``make_eval_envs``): the games under the protocol's emulator settings."""
     env_kwargs: dict[str, Any] = {
         "repeat_action_probability": settings.repeat_action_probability,
         "full_action_space": bool(full_action_space),
@@ -380,7 +488,7 @@ def make_eval_envs(
     cap = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
     if cap is not None:
         env_kwargs["max_episode_steps"] = int(cap)
-    if vec_env == "ale" and video_dir is None:
+    if vec_env == "ale" and record is None:
         return AleVecEnv(
             env_name,
             num_envs,
@@ -397,7 +505,8 @@ def make_eval_envs(
         def _init() -> gym.Env:
             env = _make_ale(env_name, **env_kwargs)
             env.action_space.seed(seed + rank)
-            return AtariWrapper(Monitor(record(rank, env)), noop_max=settings.noop_max, screen_size=frame_size)
+            env = record(rank, env) if record is not None else env
+            return AtariWrapper(Monitor(env), noop_max=settings.noop_max, screen_size=frame_size)
 
         return _init
 
@@ -410,9 +519,116 @@ def effective_frame_cap(
     env_name: str, protocol: Union[str, Protocol], max_episode_frames: Optional[int] = None
 ) -> Optional[int]:
     """The most emulator frames a game can last under these settings (the time limit or the id's own ALE
-    limit, whichever is smaller); None when neither limits it."""
-    if not is_atari(env_name):  # steps, not frames: the cap given, or the env's own time limit
+    limit, whichever is smaller), or steps for a family without an emulator (the cap given, else the
+    id's own time limit); None when nothing limits it."""
+    if family_of(env_name).sticky_actions(env_name) is None:
         return max_episode_frames if max_episode_frames is not None else gym.registry[env_name].max_episode_steps
     settings = PROTOCOL_SETTINGS[protocol] if isinstance(protocol, str) else protocol
     limit = max_episode_frames if max_episode_frames is not None else settings.max_episode_frames
     return frame_cap(gym.registry[env_name].kwargs.get("max_num_frames_per_episode"), limit)
+
+
+# ------------------------------------------------------------------------------------------------ families
+# The vector family's defaults, where they depart from config.Config's (Atari's), as the RL Zoo's hyperparameter
+# table for A2C: any env with a vector observation gets VECTOR_DEFAULTS, and an id listed in
+# ENV_DEFAULTS its own on top. A typed flag always wins; a run's config.json holds what it ran with.
+VECTOR_DEFAULTS: dict[str, Any] = {"recurrent": False, "num_envs": 8, "num_updates": 25_000}
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The RL Zoo's A2C on CartPole-v1 (n_envs 8, ent_coef 0), 1M env steps. LunarLander-v3 starts
+    # from the Zoo's LunarLander-v2 (a learning rate decayed linearly to 0, ent_coef 1e-5) with a
+    # batch 24 times its size at 3 times its rate, 1M env steps: its agents played better than
+    # those of 32 envs on every seed tried (docs/control.md#defaults).
+    "CartPole-v1": {"entropy_coeff": 0.0},
+    "LunarLander-v3": {
+        "num_envs": 192,
+        "num_updates": 1_042,
+        "gamma": 0.999,
+        "gae_lambda": 0.98,
+        "lr": 2.5e-3,
+        "lr_schedule": "linear",
+        "entropy_coeff": 1e-5,
+    },
+    # The Zoo's LunarLanderContinuous-v2 with its state-dependent exploration (--sde): 4 envs x 8
+    # steps, GAE 0.9, no entropy bonus, log-std -2, observations and rewards normalized, lr 7e-4
+    # decayed linearly, 5M env steps.
+    "LunarLanderContinuous-v3": {
+        "num_envs": 4,
+        "rollout_size": 8,
+        "num_updates": 156_250,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
+    # The Zoo's Pendulum-v1, with its state-dependent exploration (--sde): 8 envs x 8 steps, gamma
+    # 0.9, GAE 0.9, no entropy bonus, log-std -2, normalized, lr 7e-4 decayed linearly, 1M env steps.
+    "Pendulum-v1": {
+        "num_envs": 8,
+        "rollout_size": 8,
+        "num_updates": 15_625,
+        "gamma": 0.9,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
+    # The Zoo's BipedalWalker-v3, with --sde: 16 envs x 8 steps, GAE 0.9, no entropy bonus, value
+    # coefficient 0.4, log-std -2, normalized, 9.6e-4 decayed linearly, 39,063 updates (5M env steps).
+    "BipedalWalker-v3": {
+        "num_envs": 16,
+        "rollout_size": 8,
+        "num_updates": 39_063,
+        "gae_lambda": 0.9,
+        "entropy_coeff": 0.0,
+        "value_coeff": 0.4,
+        "lr": 9.6e-4,
+        "log_std_init": -2.0,
+        "sde": True,
+        "normalize_obs": True,
+        "normalize_reward": True,
+        "lr_schedule": "linear",
+    },
+}
+
+
+def vector_defaults(env_name: str) -> dict[str, Any]:
+    """The vector family's defaults for ``env_name``: ``VECTOR_DEFAULTS``, its own ``ENV_DEFAULTS`` on top."""
+    return {**VECTOR_DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
+
+
+# The two built-in env families (families.py); the vector family owns every id that is not a game
+# and refuses, in its check, those whose observations are not flat vectors.
+register_family(
+    EnvFamily(
+        name="vector",
+        label="vector-observation envs",
+        owns=lambda env_name: not _is_atari(env_name),
+        observes="vectors",
+        make_envs=_vector_envs,
+        make_eval_envs=_vector_eval_envs,
+        check=_check_vector_env,
+        defaults=vector_defaults,
+    )
+)
+register_family(
+    EnvFamily(
+        name="atari",
+        label="Atari games",
+        owns=_is_atari,
+        observes="images",
+        make_envs=_atari_envs,
+        make_eval_envs=_atari_eval_envs,
+        check=lambda env_name: False,  # a game's actions are discrete, and every game is played as images
+        presets=PRESETS,
+        cuda=True,
+        protocols=PROTOCOLS,
+        sticky_actions=id_sticky_actions,
+        in_process="dummy",
+    )
+)

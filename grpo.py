@@ -41,7 +41,7 @@ import torch
 
 from agent import Agent, agent_settings
 from config import Config, non_negative, non_negative_int, positive_int, setting
-from envs import is_atari
+from envs import family_of
 from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
@@ -423,7 +423,7 @@ def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
 
 def check(config: Config) -> None:
     """Refuse, in one line, the settings that --algo grpo cannot train with."""
-    if is_atari(config.env_name):
+    if family_of(config.env_name).observes == "images":
         raise UsageError(
             f"--algo grpo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...), not on {config.env_name}"
         )

@@ -363,7 +363,8 @@ def flags_page() -> str:
 def _default_settings() -> list[str]:
     """The section of ``flags_page`` that lists each env family's and algorithm's defaults, as flags."""
     from algorithms import ALGORITHMS
-    from recipes import ENV_DEFAULTS, defaults_for
+    from envs import ENV_DEFAULTS, FAMILIES
+    from recipes import defaults_for
     from utils import UsageError
 
     lines = [
@@ -377,16 +378,16 @@ def _default_settings() -> list[str]:
         "|---|---|---|",
     ]
     for algo, algorithm in ALGORITHMS.items():
-        atari = defaults_for(Config.env_name, False, algo)
+        atari = defaults_for(Config.env_name, algo)
         try:
             algorithm.check(with_settings(Config(algo=algo), atari))
             lines.append(f"| {algo} | Atari games | {_as_flags(atari, {}) or 'the defaults above'} |")
         except UsageError:  # it trains on vector-observation envs only
             pass
-        family = defaults_for("", True, algo)
+        family = defaults_for("", algo, FAMILIES["vector"])
         lines.append(f"| {algo} | vector envs | {_as_flags(family, {})} |")
         for env_name in ENV_DEFAULTS:
-            own = _as_flags(defaults_for(env_name, True, algo), family)
+            own = _as_flags(defaults_for(env_name, algo), family)
             if own:
                 lines.append(f"| {algo} | {env_name} | {own} |")
     for algo, algorithm in ALGORITHMS.items():

@@ -19,7 +19,7 @@ from envs import (
     action_size,
     check_sticky_actions,
     effective_frame_cap,
-    is_atari,
+    family_of,
     make_eval_envs,
 )
 from evaluate import episode_shares, evaluate, summarize, write_json
@@ -115,11 +115,12 @@ def play(
             raise UsageError(f"cannot write --json file '{json_path}': {exc.strerror or exc}") from None
     num_envs = min(eval_envs or 8, episodes)
     seed = env_seed(config.seed, evaluation=True)
+    family = family_of(env_name)
     device = pick_device(
         config.cuda,
         config.threads,
         settings.speed.keep_freed_memory,
-        vector_obs=not is_atari(env_name),
+        cuda_by_default=family.cuda,
         tf32=settings.speed.tf32,
         reproducible=config.reproducible,
     )
@@ -171,13 +172,13 @@ def play(
                     if isinstance(played, Protocol)
                     else PROTOCOL_SETTINGS[protocol].repeat_action_probability
                 )
-                if is_atari(env_name)
+                if family.sticky_actions(env_name) is not None
                 else None,
                 "full_action_space": bool(full_action_space),
                 "max_episode_frames": effective_frame_cap(env_name, protocol, max_frames),
                 "eval_envs": num_envs,
                 "seed": seed,
-                "vec_env": ("dummy" if is_atari(env_name) else "sync") if video_dir else settings.vec_env,
+                "vec_env": family.in_process if video_dir else settings.vec_env,
                 "video_dir": os.path.abspath(video_dir) if video_dir else None,
                 **result.to_dict(),
             },
@@ -216,7 +217,8 @@ def play_robustness(
     stickiness (PNG), by default beside the checkpoint. Every cell plays from the same seeds;
     ``max_frames`` (a typed ``--max-episode-frames``) replaces the cells' cap on a game's length."""
     env_name = checkpoint["env_name"]
-    if not is_atari(env_name):
+    family = family_of(env_name)
+    if family.sticky_actions(env_name) is None:
         raise UsageError(
             f"--robustness plays Atari games under sticky actions; {env_name} has no emulator "
             f"(--physics-grid varies a control env's physics)"
@@ -228,7 +230,7 @@ def play_robustness(
         config.cuda,
         config.threads,
         settings.speed.keep_freed_memory,
-        vector_obs=False,
+        cuda_by_default=family.cuda,
         tf32=settings.speed.tf32,
         reproducible=config.reproducible,
     )
@@ -308,7 +310,7 @@ def play_grid(
         config.cuda,
         config.threads,
         settings.speed.keep_freed_memory,
-        vector_obs=True,
+        cuda_by_default=family_of(env_name).cuda,
         tf32=settings.speed.tf32,
         reproducible=config.reproducible,
     )

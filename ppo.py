@@ -32,7 +32,7 @@ import torch
 
 from agent import RolloutAgent, rollout_settings, rollout_stats, standardized
 from config import Config, positive_float, positive_int, setting
-from envs import is_atari
+from envs import family_of
 from icm import masked_mean
 from metrics import read_back
 from model import ActorCritic
@@ -313,7 +313,7 @@ def fit(config: Config, typed: set[str]) -> dict[str, Any]:
 
 def check(config: Config) -> None:
     """Refuse, in one line, the settings that --algo ppo cannot train with."""
-    if is_atari(config.env_name):
+    if family_of(config.env_name).observes == "images":
         raise UsageError(
             f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
             f"not on {config.env_name}"

@@ -22,7 +22,7 @@ from capture import compile_network
 from checkpoints import TrainingState, catch_up_bests, check_checkpoint_fits, restore
 from config import Config, with_settings
 from devices import describe, nondeterministic_parts, pick_device
-from envs import action_size, check_env, check_sticky_actions, id_sticky_actions, is_atari, make_vec_env
+from envs import action_size, check_env, check_sticky_actions, family_of, make_vec_env
 from evaluate import PeriodicEvaluator
 from model import CONV_ENCODERS
 from normalize import load as load_normalizer
@@ -51,8 +51,12 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         )
     # A resumed run's settings (its checkpoint's, with the flags typed now on top) are checked as a new run's are.
     check_settings(config)
-    if is_atari(config.env_name) and config.sticky_actions is None:  # the run's settings say which it trained under
-        config = with_settings(config, {"sticky_actions": id_sticky_actions(config.env_name)})
+    family = family_of(config.env_name)
+    own_sticky_actions = family.sticky_actions(config.env_name)
+    if (
+        own_sticky_actions is not None and config.sticky_actions is None
+    ):  # the run's settings say which it trained under
+        config = with_settings(config, {"sticky_actions": own_sticky_actions})
     if checkpoint is not None:
         if "optimizer" not in checkpoint:
             raise UsageError(f"checkpoint {resume} holds weights only; resume from an a2c_last checkpoint")
@@ -69,7 +73,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             config.cuda,
             config.threads,
             config.speed.keep_freed_memory,
-            vector_obs=not is_atari(config.env_name),
+            cuda_by_default=family.cuda,
             tf32=config.speed.tf32,
             reproducible=config.reproducible,
             say=distributed.local_rank() == 0,
@@ -143,7 +147,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             if config.reproducible:
                 print(reproducible_line(device, config, context.world_size), flush=True)
             print(f"run directory: {run_dir}", flush=True)
-            if is_atari(config.env_name):
+            if config.sticky_actions is not None:
                 print(protocol_line(config.sticky_actions), flush=True)
             world = describe_world(config, context, device, checkpoint)
             if world:
@@ -228,7 +232,7 @@ def check_settings(config: Config) -> None:
         flag = "--sde" if config.sde else "--log-std-init"
         raise UsageError(f"{flag} is for continuous actions; {config.env_name}'s are discrete")
     algorithm(config.algo).check(config)
-    if not is_atari(config.env_name):
+    if family_of(config.env_name).observes == "vectors":
         if config.curiosity.enabled:
             raise UsageError(f"--icm works on Atari games only for now, not on {config.env_name}")
         if config.frame_size != Config.frame_size:
@@ -334,7 +338,9 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
 def reproducible_line(device: Any, config: Config, world_size: int = 1) -> str:
     """What ``--reproducible`` says it could not make deterministic on ``device``."""
 
-    parts = nondeterministic_parts(device, arch=config.arch, image_obs=is_atari(config.env_name), world_size=world_size)
+    parts = nondeterministic_parts(
+        device, arch=config.arch, image_obs=family_of(config.env_name).observes == "images", world_size=world_size
+    )
     if not parts:
         return f"reproducible: deterministic kernels; every op of this run on the {device.type} has one"
     return "reproducible: deterministic kernels, except " + "; ".join(parts)

@@ -29,9 +29,9 @@ def device_named(request, monkeypatch):
 
     choose = devices.choose_device
 
-    def named_only(want_cuda, vector_obs, **kwargs):
+    def named_only(want_cuda, cuda_by_default, **kwargs):
         assert want_cuda is not None, "this test trains or evaluates without naming its device (--no-cuda)"
-        return choose(want_cuda, vector_obs, **kwargs)
+        return choose(want_cuda, cuda_by_default, **kwargs)
 
     monkeypatch.setattr(devices, "choose_device", named_only)
     yield

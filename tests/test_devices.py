@@ -39,11 +39,11 @@ CARTPOLE = [
 def test_the_device_follows_the_env_family_unless_typed(monkeypatch, capsys, available):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     gpu = torch.device("cuda") if available else CPU
-    assert devices.choose_device(None, vector_obs=False) == gpu  # Atari: the GPU when there is one
-    assert devices.choose_device(None, vector_obs=True) == CPU  # small MLPs: the CPU
+    assert devices.choose_device(None, cuda_by_default=True) == gpu  # Atari: the GPU when there is one
+    assert devices.choose_device(None, cuda_by_default=False) == CPU  # small MLPs: the CPU
     assert capsys.readouterr().err == ""  # nothing typed, nothing to say
-    assert devices.choose_device(True, vector_obs=True) == gpu  # --cuda: the GPU for any env
-    assert devices.choose_device(False, vector_obs=False) == CPU  # --no-cuda
+    assert devices.choose_device(True, cuda_by_default=False) == gpu  # --cuda: the GPU for any env
+    assert devices.choose_device(False, cuda_by_default=True) == CPU  # --no-cuda
     assert capsys.readouterr().err == ("" if available else "CUDA is not available; running on the CPU\n")
 
 

@@ -234,10 +234,10 @@ def test_an_update_takes_epochs_times_minibatches_steps_and_moves_the_policy(rec
 
 
 def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
-    generic = defaults_for("CartPole-v1", vector=True, algo="ppo")
+    generic = defaults_for("CartPole-v1", algo="ppo")
     assert generic["optimizer"] == "adam" and generic["lr"] == 3e-4 and generic["clip.epochs"] == 10
     assert generic["num_envs"] * generic["rollout_size"] == 2048 and generic["clip.minibatches"] == 2048 // 64
-    lander = defaults_for("LunarLander-v3", vector=True, algo="ppo")
+    lander = defaults_for("LunarLander-v3", algo="ppo")
     assert lander["num_envs"] * lander["rollout_size"] * lander["num_updates"] <= 1_000_000
     assert lander["num_envs"] * lander["rollout_size"] // lander["clip.minibatches"] == 64
     assert lander["entropy_coeff"] == 1e-3 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
