@@ -151,7 +151,8 @@ MODE_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
             default=None,
             help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
             "variance, gradient norm against env steps) into one image (--out); given the JSON files "
-            "of --eval --robustness, their agents' robustness curves",
+            "of --eval --robustness, their agents' robustness curves; given those of --eval --json (one agent a "
+            "seed), the mean over the agents with its 95% bootstrap interval and IQM, and their scores",
         ),
     ),
     (
@@ -274,9 +275,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"--{'plot' if args.plot else 'eval'} runs in one process: start it with python, not torchrun"
             )
         if args.plot and any(path.endswith(".json") for path in args.plot):
-            from robustness import plot_robustness
+            from robustness import is_robustness_json, plot_robustness
+            from seed_summary import summarize_command
 
-            return plot_robustness(args.plot, args.out)
+            if is_robustness_json(args.plot[0]):
+                return plot_robustness(args.plot, args.out)
+            return summarize_command(args.plot, args.out)
         if args.plot:
             from plots import plot_command
 

@@ -105,6 +105,15 @@ def draw(results: Sequence[dict[str, Any]], labels: Sequence[str], path: str) ->
     save_png(fig, path)
 
 
+def is_robustness_json(path: str) -> bool:
+    """Whether ``path`` reads as the JSON of ``--eval --robustness`` (False where it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return isinstance(json.load(f).get("cells"), list)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def plot_robustness(paths: list[str], out: str) -> int:
     """Draw the robustness curves written by ``--eval --robustness`` (JSON files) into one image,
     each agent labelled with its file's name."""

@@ -137,7 +137,7 @@ def test_a_typed_stickiness_replaces_the_protocols(tiny_pong, tmp_path, built):
 
 def test_bad_input_is_refused_in_one_line(tiny_pong, tmp_path, capsys):
     with open(tmp_path / "other.json", "w") as f:
-        json.dump({"scores": [1]}, f)
+        json.dump({"games": [1]}, f)  # neither --eval --robustness's JSON nor --eval --json's
     cases = [
         ["--eval", "--load", tiny_pong, "--robustness", "--physics-grid"],
         ["--plot", str(tmp_path / "other.json"), "--out", str(tmp_path / "x.png")],
