@@ -13,6 +13,7 @@ import glob
 import json
 import math
 import os
+import pathlib
 import shlex
 import subprocess
 import sys
@@ -20,29 +21,27 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from bench import positive
+from bench import ROOT, markdown_table, positive, write_report
 from bench.random_agent import play_random
-from bench.study import NAME_PATTERN, find_run_dir, json_ready
+from bench.study import NAME_PATTERN, find_run_dir
 from physics_grid import draw_heatmaps, draw_maps, held_out_table, mean_table, play_cells, region_means
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT_KEY = "_report"  # OUT.json's key of the table and maps; no configuration can be named so (NAME_PATTERN)
 NO_FIGURE = "–"  # a figure with nothing to measure (no held-out cell, no specialist)
+# Each run's figures, and the format of each the table shows (the worst cell it leaves out).
+FIGURES = {"mean": ".1f", "worst": "", "worst_decile": ".1f", "held_out": ".1f", "default_physics": ".1f"}
+FIGURES |= {"solved": ".0%", "ceiling_fraction": ".2f"}
 
 
 def random_grid(
     env_name: str, episodes: int, seed: int, *, num_envs: Optional[int] = None, max_episode_steps: Optional[int] = None
 ) -> dict[str, Any]:
     """Random play in each cell on an agent's grid's env seeds (the floor), each cell's draws seeded afresh."""
-    grid = play_cells(
-        env_name,
-        episodes,
-        seed,
-        num_envs,
-        max_episode_steps,
-        lambda envs: play_random(envs, episodes, np.random.default_rng(seed)),
-    )
-    return {**grid, "policy": "random"}
+
+    def play(envs: Any) -> Any:
+        return play_random(envs, episodes, np.random.default_rng(seed))
+
+    return {**play_cells(env_name, episodes, seed, num_envs, max_episode_steps, play), "policy": "random"}
 
 
 def worst_decile(means: Sequence[float]) -> float:
@@ -58,19 +57,9 @@ def fraction_of_ceiling(score: float, floor: float, ceiling: float) -> float:
 
 def draw_difference(grid: dict[str, Any], differences: Sequence[np.ndarray], titles: Sequence[str], path: str) -> None:
     """Per-cell differences in mean return side by side, on one diverging scale centred on 0."""
-    largest = max(float(np.nanmax(np.abs(d))) for d in differences) or 1.0
-    draw_maps(
-        [grid] * len(differences),
-        list(differences),
-        titles,
-        path,
-        cmap="RdBu",
-        low=-largest,
-        high=largest,
-        label="difference in mean return",
-        number="{:+.0f}",
-        held_out=[None] * len(differences),
-    )
+    largest, n = max(float(np.nanmax(np.abs(d))) for d in differences) or 1.0, len(differences)
+    scale = dict(cmap="RdBu", low=-largest, high=largest, label="difference in mean return", number="{:+.0f}")
+    draw_maps([grid] * n, list(differences), titles, path, **scale, held_out=[None] * n)
 
 
 def cell_mean(grid: dict, cell: dict[str, float]) -> float:
@@ -79,24 +68,14 @@ def cell_mean(grid: dict, cell: dict[str, float]) -> float:
     return float(found["mean"])
 
 
-def specialist_ceilings(
-    specialists: dict[str, tuple[dict[str, float], list[dict[str, Any]]]], floor: dict
-) -> list[dict[str, Any]]:
+def specialist_ceilings(specialists: dict[str, tuple[dict[str, float], list[dict]]], floor: dict) -> list[dict]:
     """Each specialist's cell (name -> (its cell, its runs' ``seed`` and ``grid``)) with its seeds' scores
     there, their mean (the ceiling) and random play's (the floor)."""
     ceilings = []
     for name, (cell, runs) in specialists.items():
         scores = [cell_mean(run["grid"], cell) for run in runs]
-        ceilings.append(
-            {
-                **cell,
-                "specialist": name,
-                "seeds": [run["seed"] for run in runs],
-                "scores": scores,
-                "ceiling": float(np.mean(scores)),
-                "floor": cell_mean(floor, cell),
-            }
-        )
+        ceiling = dict(specialist=name, seeds=[run["seed"] for run in runs], scores=scores)
+        ceilings.append({**cell, **ceiling, "ceiling": float(np.mean(scores)), "floor": cell_mean(floor, cell)})
     return ceilings
 
 
@@ -106,9 +85,8 @@ def ceiling_fractions(grid: dict, ceilings: Sequence[dict[str, Any]]) -> list[di
     for ceiling in ceilings:
         cell = {name: ceiling[name] for name in grid["axes"]}
         score = cell_mean(grid, cell)
-        fractions.append(
-            {**cell, "score": score, "fraction": fraction_of_ceiling(score, ceiling["floor"], ceiling["ceiling"])}
-        )
+        fraction = fraction_of_ceiling(score, ceiling["floor"], ceiling["ceiling"])
+        fractions.append({**cell, "score": score, "fraction": fraction})
     return fractions
 
 
@@ -150,88 +128,47 @@ def compare_grids(
     configuration's runs (``seed``, ``run_dir``, ``grid``, ``default_physics``); returns the markdown."""
     first = next(iter(results.values()))[0]["grid"]
     decile = max(1, len(first["cells"]) // 10)
-    header = [
-        "configuration",
-        "seeds",
-        "mean return over the cells",
-        f"worst decile ({decile} cell{'s' if decile > 1 else ''})",
-        "mean over held-out cells",
-        "default physics",
-        f"cells at {solved:g} or more",
-        "fraction of the ceiling" + (f" ({len(ceilings)} cell{'s' if len(ceilings) > 1 else ''})" if ceilings else ""),
-    ]
+    fraction = f" ({len(ceilings)} cell{'s' * (len(ceilings) > 1)})" if ceilings else ""
+    header = ["configuration", "seeds", "mean return over the cells"]
+    header += [f"worst decile ({decile} cell{'s' * (decile > 1)})", "mean over held-out cells", "default physics"]
+    header += [f"cells at {solved:g} or more", "fraction of the ceiling" + fraction]
     header += [f"mean minus {baseline}"] if baseline is not None else []
-    lines = [command, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     tables, held_out, rows = {}, {}, []
     for name, runs in results.items():
         for run in runs:
-            run["summary"] = {
-                **grid_summary(run["grid"], solved, ceilings),
-                "default_physics": run["default_physics"]["mean"] if "default_physics" in run else None,
-            }
+            default = run["default_physics"]["mean"] if "default_physics" in run else None
+            run["summary"] = {**grid_summary(run["grid"], solved, ceilings), "default_physics": default}
             if ceilings:
                 run["ceiling_fraction"] = ceiling_fractions(run["grid"], ceilings)
-        rows.append(
-            {
-                "config": name,
-                "seeds": [run["seed"] for run in runs],
-                **{
-                    key: [run["summary"].get(key) for run in runs]
-                    for key in (
-                        "mean",
-                        "worst",
-                        "worst_decile",
-                        "held_out",
-                        "default_physics",
-                        "solved",
-                        "ceiling_fraction",
-                    )
-                },
-            }
-        )
+        figures = {key: [run["summary"].get(key) for run in runs] for key in FIGURES}
+        rows.append({"config": name, "seeds": [run["seed"] for run in runs], **figures})
         tables[name] = np.mean([mean_table(run["grid"]) for run in runs], axis=0)
         masks = [held_out_table(run["grid"]) for run in runs]
         held_out[name] = None if any(m is None for m in masks) else np.mean(masks, axis=0)
-    base = next((r for r in rows if r["config"] == baseline), None)
+    base, cells = next((r for r in rows if r["config"] == baseline), None), []
     for row in rows:
-        cells = [
-            row["config"],
-            " ".join(map(str, row["seeds"])),
-            _over_seeds(row["mean"], ".1f"),
-            _over_seeds(row["worst_decile"], ".1f"),
-            _over_seeds(row["held_out"], ".1f"),
-            _over_seeds(row["default_physics"], ".1f"),
-            _over_seeds(row["solved"], ".0%"),
-            _over_seeds(row["ceiling_fraction"], ".2f"),
-        ]
+        shown = [_over_seeds(row[key], form) for key, form in FIGURES.items() if form]
+        cells.append([row["config"], " ".join(map(str, row["seeds"])), *shown])
         if base is not None:
             row["mean_minus_baseline"] = None if row is base else float(np.mean(row["mean"]) - np.mean(base["mean"]))
-            cells.append(NO_FIGURE if row is base else f"{row['mean_minus_baseline']:+.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
+            cells[-1].append(NO_FIGURE if row is base else f"{row['mean_minus_baseline']:+.1f}")
 
     report: dict[str, Any] = {"solved": solved, "rows": rows, "baseline": baseline}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    draw_heatmaps(
-        [runs[0]["grid"] for runs in results.values()],
-        [f"{name}: mean of {len(runs)} seed{'s' if len(runs) > 1 else ''}" for name, runs in results.items()],
-        out + ".png",
-        tables=list(tables.values()),
-        held_out=list(held_out.values()),
-    )
+    titles = [f"{name}: mean of {len(runs)} seed{'s' * (len(runs) > 1)}" for name, runs in results.items()]
+    grids = [runs[0]["grid"] for runs in results.values()]
+    draw_heatmaps(grids, titles, out + ".png", tables=list(tables.values()), held_out=list(held_out.values()))
     if baseline is not None:
         others = [name for name in results if name != baseline]
         differences = [tables[name] - tables[baseline] for name in others]
         report["difference"] = {name: d.tolist() for name, d in zip(others, differences)}
-        draw_difference(
-            first, differences, [f"{name} minus {baseline}: mean over seeds" for name in others], out + "_diff.png"
-        )
+        titles = [f"{name} minus {baseline}: mean over seeds" for name in others]
+        draw_difference(first, differences, titles, out + "_diff.png")
     if ceilings:
         report.update(ceilings=ceilings, floor=floor)
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(out + ".json", "w") as f:
-        json.dump(json_ready({**results, REPORT_KEY: report}), f, indent=1)
-    return "\n".join(lines) + "\n"
+    markdown = "\n".join([command, "", *markdown_table(header, cells)]) + "\n"
+    write_report(out, markdown, {**results, REPORT_KEY: report})
+    return markdown
 
 
 def grid_run_dirs(log_dir: str, name: str) -> list[tuple[int, str]]:
@@ -248,8 +185,7 @@ def run_settings(run_dir: str) -> Any:
     """The settings a run trained with (its ``config.json``)."""
     from config import Config
 
-    with open(os.path.join(run_dir, "config.json")) as f:
-        return Config.from_dict(json.load(f))
+    return Config.from_dict(json.loads(pathlib.Path(run_dir, "config.json").read_text()))
 
 
 def play(run_dir: str, episodes: int, grid: bool) -> dict:
@@ -257,40 +193,26 @@ def play(run_dir: str, episodes: int, grid: bool) -> dict:
     physics, one thread on the CPU; the ``--json`` it writes beside the checkpoint."""
     load = os.path.join(run_dir, "a2c_last")
     table = f"{load}_{'physics_grid' if grid else 'default_physics'}.json"
-    subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "main.py"),
-            "--eval",
-            "--load",
-            load,
-            "--episodes",
-            str(episodes),
-            "--json",
-            table,
-            "--no-cuda",
-            "--threads",
-            "1",
-            *(["--physics-grid", "--out", f"{load}_physics_grid.png"] if grid else []),
-        ],
-        check=True,
-    )
-    with open(table) as f:
-        return json.load(f)
+    where = ["--physics-grid", "--out", f"{load}_physics_grid.png"] if grid else []
+    flags = ["--eval", "--load", load, "--episodes", str(episodes), "--json", table, "--no-cuda", "--threads", "1"]
+    subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *flags, *where], check=True)
+    return json.loads(pathlib.Path(table).read_text())
 
 
-def specialist_cell(env_name: str, physics: str) -> dict[str, float]:
-    """The grid cell a specialist's ``--physics`` names; ``ValueError`` (or ``UsageError``) otherwise."""
+def specialist_cell(env_name: str, settings: Sequence[Any]) -> dict[str, float]:
+    """The grid cell a specialist's runs (``settings``) all trained on, else ``ValueError`` (or ``UsageError``)."""
     import randomize
     from physics import FAMILIES
 
+    physics = settings[0].physics
+    if any(s.env_name != env_name or s.physics != physics for s in settings):
+        raise ValueError(f"its runs trained on other games or physics than one cell of {env_name}")
     if not physics:
         raise ValueError("trained on the default physics (no --physics), not on one cell")
     values = randomize.parse_physics(env_name, physics)
     names, axes = randomize.grid(env_name)
-    if any(values[name] not in axis for name, axis in zip(names, axes)) or any(
-        values[name] != value for name, value in FAMILIES[env_name].grid_fixed.items()
-    ):
+    off_grid = any(values[name] not in axis for name, axis in zip(names, axes))
+    if off_grid or any(values[name] != value for name, value in FAMILIES[env_name].grid_fixed.items()):
         raise ValueError(f"--physics {physics} is not a cell of the {env_name} grid")
     return {name: values[name] for name in names}
 
@@ -300,21 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", required=True, help="the study's --log-dir")
     p.add_argument("--configs", nargs="+", required=True, metavar="NAME", help="the configurations to compare")
     p.add_argument("--episodes", type=positive, default=10, help="episodes a cell (default: %(default)s)")
-    p.add_argument(
-        "--episodes-default",
-        type=positive,
-        default=30,
-        help="episodes of each run on the default physics (default: %(default)s)",
-    )
+    default = "episodes of each run on the default physics (default: %(default)s)"
+    p.add_argument("--episodes-default", type=positive, default=30, help=default)
     p.add_argument("--solved", type=float, default=200.0, help="a cell is solved from this mean return (default: 200)")
     p.add_argument("--baseline", metavar="NAME", help="one of --configs: each other's difference to it")
-    p.add_argument(
-        "--specialists",
-        nargs="+",
-        default=[],
-        metavar="NAME",
-        help="configurations trained on one grid cell each (--physics): their score there is the ceiling",
-    )
+    specialists = "configurations trained on one grid cell each (--physics): their score there is the ceiling"
+    p.add_argument("--specialists", nargs="+", default=[], metavar="NAME", help=specialists)
     return p
 
 
@@ -339,10 +252,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     cells: dict[str, dict[str, float]] = {}
     for name in specialists:  # every specialist's cell, before anything plays
         settings = [run_settings(run_dir) for _, run_dir in runs_of[name]]
-        if any(s.env_name != env_name for s in settings) or len({s.physics for s in settings}) > 1:
-            p.error(f"--specialists: the runs of {name} trained on other games or physics than one cell of {env_name}")
         try:
-            cells[name] = specialist_cell(env_name, settings[0].physics)
+            cells[name] = specialist_cell(env_name, settings)
         except (ValueError, UsageError) as exc:
             p.error(f"--specialists: {name}: {exc}")
         if [other for other, cell in cells.items() if other != name and cell == cells[name]]:
@@ -353,35 +264,21 @@ def main(argv: Optional[list[str]] = None) -> int:
         run_dir: play(run_dir, args.episodes, grid=True)
         for run_dir in dict.fromkeys(run_dir for runs in runs_of.values() for _, run_dir in runs)
     }
-    results = {
-        name: [
-            {
-                "seed": seed,
-                "run_dir": run_dir,
-                "grid": played[run_dir],
-                "default_physics": play(run_dir, args.episodes_default, grid=False),
-            }
-            for seed, run_dir in runs_of[name]
-        ]
-        for name in names
-    }
+    results = {name: [] for name in names}
+    for name, runs in results.items():
+        for seed, run_dir in runs_of[name]:
+            default = play(run_dir, args.episodes_default, grid=False)
+            runs.append({"seed": seed, "run_dir": run_dir, "grid": played[run_dir], "default_physics": default})
     ceilings = floor = None
     if specialists:
         some = next(iter(played.values()))  # every grid played on the same env seeds
         floor = random_grid(env_name, some["episodes"], some["seed"], num_envs=len(some["episodes_per_env"]))
-        ceilings = specialist_ceilings(
-            {
-                name: (cells[name], [{"seed": seed, "grid": played[run_dir]} for seed, run_dir in runs_of[name]])
-                for name in specialists
-            },
-            floor,
-        )
+        seeds = {name: [{"seed": seed, "grid": played[run_dir]} for seed, run_dir in runs_of[name]] for name in cells}
+        ceilings = specialist_ceilings({name: (cell, seeds[name]) for name, cell in cells.items()}, floor)
     out = os.path.join(args.log_dir, "grid")
-    command = (
-        f"Each run's `a2c_last` over the physics grid, {args.episodes} episodes a cell, and "
-        f"{args.episodes_default} on the default physics (`python -m bench.grid_report "
-        f"{shlex.join(sys.argv[1:] if argv is None else argv)}`)."
-    )
+    typed = shlex.join(sys.argv[1:] if argv is None else argv)
+    plays = f"{args.episodes} episodes a cell, and {args.episodes_default} on the default physics"
+    command = f"Each run's `a2c_last` over the physics grid, {plays} (`python -m bench.grid_report {typed}`)."
     print(compare_grids(results, out, command, args.solved, baseline=baseline, ceilings=ceilings, floor=floor))
     print(f"wrote {out}.md, {out}.json, {out}.png" + (f", {out}_diff.png" if baseline else ""))
     return 0

@@ -44,12 +44,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--episodes", type=positive, default=30)
     p.add_argument("--num-envs", type=positive, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--vec-env",
-        choices=VEC_ENV_CHOICES,
-        default="ale",
-        help="env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)",
-    )
+    path = "env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)"
+    p.add_argument("--vec-env", choices=VEC_ENV_CHOICES, default="ale", help=path)
     args = p.parse_args(argv)
     envs = make_vec_env(args.env_name, args.num_envs, seed=args.seed, vec_env=args.vec_env)
     try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
+import statistics
 import sys
 import tempfile
 from typing import Any
@@ -24,44 +26,18 @@ from checkpoints import agent_file, atomic_save, load_checkpoint
 from utils import UsageError
 
 
-def play(path: str, episodes: int, seed: int, protocol: str, deterministic: bool) -> list[float]:
-    """The raw scores of ``episodes`` games of the agent at ``path``, as ``main.py --eval`` plays them."""
+def play(path: str, episodes: int, seed: int) -> list[float]:
+    """The raw scores of ``episodes`` games of the agent at ``path``, as ``main.py --eval`` plays them
+    (the classic protocol, sampled actions)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "scores.json")
-        argv = [
-            "--eval",
-            "--load",
-            path,
-            "--episodes",
-            str(episodes),
-            "--seed",
-            str(seed),
-            "--protocol",
-            protocol,
-            "--json",
-            out,
-            "--no-cuda",
-            "--threads",
-            "1",
-            *(["--deterministic"] if deterministic else []),
-        ]
-        if cli.main(argv) != 0:
+        argv = ["--eval", "--load", path, "--episodes", str(episodes), "--seed", str(seed), "--json", out]
+        if cli.main([*argv, "--no-cuda", "--threads", "1"]) != 0:
             raise UsageError(f"could not play {path}")
-        with open(out) as f:
-            return [float(s) for s in json.load(f)["scores"]]
+        return [float(s) for s in json.loads(pathlib.Path(out).read_text())["scores"]]
 
 
-def ship(
-    source: str,
-    target: str,
-    *,
-    episodes: int,
-    check_episodes: int,
-    seed: int,
-    protocol: str,
-    deterministic: bool,
-    command: str,
-) -> dict[str, Any]:
+def ship(source: str, target: str, episodes: int, check_episodes: int, seed: int, command: str) -> dict[str, Any]:
     """Write the agent file ``target`` from checkpoint ``source``; its record."""
     checkpoint = load_checkpoint(source)
     scores: dict[torch.dtype, list[float]] = {}
@@ -69,19 +45,18 @@ def ship(
         for dtype in (torch.float32, torch.float16):
             path = os.path.join(tmp, str(dtype).removeprefix("torch."))
             atomic_save(agent_file(checkpoint, dtype), path)
-            scores[dtype] = play(path, episodes, seed, protocol, deterministic)
+            scores[dtype] = play(path, episodes, seed)
     dtype = torch.float16 if scores[torch.float16] == scores[torch.float32] else torch.float32
     kept = scores[dtype]
-    mean = sum(kept) / len(kept)
     record = {
         "episodes": episodes,
         "seed": seed,
-        "protocol": protocol,
-        "deterministic": deterministic,
+        "protocol": "classic",  # how tests/test_agents.py replays it
+        "deterministic": False,
         "scores": kept,
-        "mean": mean,
-        "std": (sum((s - mean) ** 2 for s in kept) / len(kept)) ** 0.5,
-        "float32_mean": sum(scores[torch.float32]) / episodes,
+        "mean": statistics.fmean(kept),
+        "std": statistics.pstdev(kept),
+        "float32_mean": statistics.fmean(scores[torch.float32]),
         "dtype": str(dtype).removeprefix("torch."),
         "env_steps": int(checkpoint["step"]),
         "source": os.path.basename(source),
@@ -89,10 +64,7 @@ def ship(
     }
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     atomic_save(agent_file(checkpoint, dtype, record), target)
-    record["check"] = {
-        "episodes": check_episodes,
-        "scores": play(target, check_episodes, seed, protocol, deterministic),
-    }
+    record["check"] = {"episodes": check_episodes, "scores": play(target, check_episodes, seed)}
     atomic_save(agent_file(checkpoint, dtype, record), target)
     return record
 
@@ -104,21 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=positive, default=30, help="games the record is scored over")
     p.add_argument("--check-episodes", type=positive, default=2, help="games the test replays")
     p.add_argument("--seed", type=int, default=42, help="evaluation seed (main.py --eval --seed)")
-    p.add_argument("--protocol", choices=["classic", "machado"], default="classic")
-    p.add_argument("--deterministic", action="store_true", help="the most probable action, not a sampled one")
     p.add_argument("--command", default="", help="the command that trained it, for the record")
     args = p.parse_args(argv)
     try:
-        record = ship(
-            args.checkpoint,
-            args.target,
-            episodes=args.episodes,
-            check_episodes=args.check_episodes,
-            seed=args.seed,
-            protocol=args.protocol,
-            deterministic=args.deterministic,
-            command=args.command,
-        )
+        record = ship(args.checkpoint, args.target, args.episodes, args.check_episodes, args.seed, args.command)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""bench/study.py: configurations, update counts, steps-to-reach, the table, and one tiny study end to end."""
+"""bench/study.py: configurations, update counts, steps-to-reach, the table, runs stopped at a deadline,
+and one tiny study end to end."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -79,25 +81,25 @@ def test_the_command_line_refuses_bad_studies_before_training(argv, message, cap
 
 # ------------------------------------------------------------------------------------------------ update counts
 def test_updates_cover_the_step_budget_with_main_py_s_envs_and_rollout_length():
-    assert study.updates_for(1_500_000, []) == 18_750  # 16 envs x 5 steps
-    assert study.updates_for(1_500_000, ["--rollout-size", "20"]) == 4_688  # 1,500,160 steps: rounded up
-    assert study.updates_for(1_500_000, ["--num-envs", "8"]) == 37_500
-    assert study.updates_for(1_500_000, ["--num-envs", "8", "--rollout-size", "20"]) == 9_375
+    assert study.budget(1_500_000, []) == (18_750, [])  # 16 envs x 5 steps
+    assert study.budget(1_500_000, ["--rollout-size", "20"]) == (4_688, [])  # 1,500,160 steps: rounded up
+    assert study.budget(1_500_000, ["--num-envs", "8"])[0] == 37_500
+    assert study.budget(1_500_000, ["--num-envs", "8", "--rollout-size", "20"])[0] == 9_375
     # The common flags come first and a configuration's own after them: the last one given wins.
-    assert study.updates_for(1_500_000, ["--rollout-size", "10", "--lr", "1e-3", "--rollout-size", "20"]) == 4_688
-    assert study.updates_for(40, ["--num-envs", "2"]) == 4
-    assert study.updates_for(41, ["--num-envs", "2"]) == 5
-    assert study.updates_for(1, []) == 1
-    assert study.updates_for(1_000_000, [], "CartPole-v1") == 25_000  # its own default: 8 envs x 5 steps
+    assert study.budget(1_500_000, ["--rollout-size", "10", "--lr", "1e-3", "--rollout-size", "20"])[0] == 4_688
+    assert study.budget(40, ["--num-envs", "2"])[0] == 4
+    assert study.budget(41, ["--num-envs", "2"])[0] == 5
+    assert study.budget(1, [])[0] == 1
+    assert study.budget(1_000_000, [], "CartPole-v1") == (25_000, [])  # its own default: 8 envs x 5 steps
     # GRPO's rounds vary in length: its budget is a step limit, and the update count no bound.
-    assert study.step_budget(300_000, ["--algo", "grpo"], "CartPole-v1") == ["--max-env-steps", "300000"]
-    assert study.step_budget(300_000, [], "CartPole-v1") == []
-    assert study.updates_for(300_000, ["--algo", "grpo"], "CartPole-v1") >= 300_000
+    updates, limit = study.budget(300_000, ["--algo", "grpo"], "CartPole-v1")
+    assert updates >= 300_000 and limit == ["--max-env-steps", "300000"]
 
 
 def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_flags_last():
     flags = ["--num-envs", "2", "--rollout-size", "20"]
-    new = study.run_command("PongNoFrameskip-v4", 7, 9, flags, log_dir="out/roll20_seed7")
+    run = study.Run("roll20", 7, flags, 9, "out/roll20_seed7")
+    new = study.run_command(run, "PongNoFrameskip-v4")
     assert new[0] == sys.executable and new[1] == os.path.join(ROOT, "main.py")
     assert new[2:] == [
         "--env-name",
@@ -114,11 +116,9 @@ def test_a_run_s_command_fixes_the_game_seed_thread_and_updates_and_puts_the_fla
         *flags,
     ]
     # A stopped run carries on in its own run directory: the checkpoint says where, so no --log-dir.
-    resumed = study.run_command("PongNoFrameskip-v4", 7, 9, flags, resume="out/roll20_seed7/run/a2c_last")
+    resumed = study.run_command(run, "PongNoFrameskip-v4", resume="out/roll20_seed7/run/a2c_last")
     assert resumed[2:4] == ["--resume", "out/roll20_seed7/run/a2c_last"] and "--log-dir" not in resumed
     assert resumed[-len(flags) - 2 :] == ["--num-updates", "9", *flags]
-    with pytest.raises(ValueError):
-        study.run_command("PongNoFrameskip-v4", 7, 9, flags)
 
 
 # ------------------------------------------------------------------------------------------------ the figures
@@ -183,12 +183,26 @@ def test_a_configuration_s_row_from_its_runs_scalars():
         "explained_variance": pytest.approx(0.45),
         "steps_per_second": pytest.approx(125.0),
     }
-    table = study.markdown_table([row, study.config_row("default", [], [1], [nothing], reach)], reach).splitlines()
+    table = study.study_table([row, study.config_row("default", [], [1], [nothing], reach)], reach).splitlines()
     assert (
         table[2] == "| roll20 | `--rollout-size 20` | 1 2 | 800 | 400 / 700 | 900 / not reached | 19.00 / -12.00 "
         "| 0.450 | 125 |"
     )
     assert table[3] == "| default | none | 1 | 0 | not reached | not reached | - | - | - |"
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+def test_a_deadline_stops_the_runs_unfinished_and_a_run_that_ends_by_itself_is_done(tmp_path):
+    sleeper = study.Run("sleeper", 1, [], 5, str(tmp_path / "sleeper_seed1"))
+    quick = study.Run("quick", 1, [], 5, str(tmp_path / "quick_seed1"))
+    todo = [(quick, [sys.executable, "-c", "pass"]), (sleeper, [sys.executable, "-c", "import time; time.sleep(60)"])]
+    began = time.monotonic()
+    failed, signum = study.train_runs(todo, 2, "CartPole-v1", deadline=time.time() + 3)
+    assert failed == [] and signum == study.signal.SIGTERM and time.monotonic() - began < 30
+    assert study.done_updates(quick.root) == 5 and study.done_updates(sleeper.root) == 0  # stopped: resumed later
+    assert study.plan(quick, "CartPole-v1") is None
+    assert "import time" in (tmp_path / "sleeper_seed1" / study.LOG_FILE).read_text()
+    assert json.loads((tmp_path / "sleeper_seed1" / study.RUN_FILE).read_text())["env_name"] == "CartPole-v1"
 
 
 # ------------------------------------------------------------------------------------------------ end to end
