@@ -30,6 +30,7 @@ import recipes
 from algorithms import make_agent
 from bench import positive
 from bench.random_agent import random_actions
+from capture import compile_network
 from config import Config, with_settings
 from envs import VEC_ENV_CHOICES, action_size, check_env_id, is_atari, make_vec_env, wrapper_skips_frames
 from perf import keep_freed_memory
@@ -40,7 +41,10 @@ from utils import UsageError
 RECURRENT, FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
 DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it
 ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
-PRESET, BF16 = "ours --preset ", " bf16"  # trainer "ours --preset NAME"; the suffix of a bfloat16 twin
+PRESET = "ours --preset "  # trainer "ours --preset NAME"
+# A trainer's twin: its flags and one more (a lever turned on), named by a suffix of its name.
+BF16, COMPILED = " bf16", " compiled"
+TWINS = {BF16: "--bf16", COMPILED: "--compile"}
 # Each configuration of ours: the --ours choice that names it, and its main.py flags.
 OURS = {RECURRENT: ("recurrent", []), FEEDFORWARD: ("feedforward", ["--arch", "nature", "--no-recurrent"])}
 # The speed switches of the recurrent default, each as the flags that take it away (--ablation). With
@@ -52,70 +56,55 @@ ABLATION = {
     "rollout run again": ["--no-keep-graph"],
 }
 ABLATION["none of them"] = [flag for flags in ABLATION.values() for flag in flags] + ["--encoder-chunk", "0"]
-ATARI_STEPS, VECTOR_STEPS, WARMUP_STEPS = 4000, 50_000, 160
+ATARI_STEPS, VECTOR_STEPS, WARMUP_STEPS, SEED = 4000, 50_000, 160, 0
 
 
-def cli_config(
-    flags: Sequence[str],
-    env_name: str,
-    num_envs: int,
-    steps: int = 0,
-    seed: int = 0,
-    device: str = "cpu",
-    log_dir: str = "runs",
-) -> Config:
+def cli_config(flags: Sequence[str], env_name: str, num_envs: int, steps: int = 0, device: str = "cpu") -> Config:
     """What ``python main.py --env-name ENV --num-envs N FLAGS`` trains (a flag given twice: the last
     wins), without TensorBoard or progress bar, for ``steps // (num_envs * rollout_size)`` updates."""
-    config, _, typed = train_cli.parse_args(
-        [
-            "--env-name",
-            env_name,
-            "--num-envs",
-            str(num_envs),
-            *flags,
-            "--seed",
-            str(seed),
-            "--no-tensorboard",
-            "--no-progress",
-            "--log-dir",
-            log_dir,
-            "--cuda" if device == "cuda" else "--no-cuda",
-        ]
-    )
+    quiet = ["--seed", str(SEED), "--no-tensorboard", "--no-progress", "--cuda" if device == "cuda" else "--no-cuda"]
+    config, _, typed = train_cli.parse_args(["--env-name", env_name, "--num-envs", str(num_envs), *flags, *quiet])
     config = recipes.with_env_defaults(config, typed)
     return with_settings(config, {"num_updates": max(1, steps // config.steps_per_update)})
 
 
+def whole_updates(steps: int, env_name: str, num_envs: int, flags: Sequence[str] = ()) -> int:
+    """``steps`` rounded down to whole updates of what ``flags`` train, at least one update."""
+    per_update = cli_config(flags, env_name, num_envs).steps_per_update
+    return max(per_update, steps // per_update * per_update)
+
+
 def train_ours(
-    steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0, device: str = "cpu"
+    steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), device: str = "cpu", envs_only: bool = False
 ) -> tuple[int, float]:
-    """Train what ``cli_config`` reads from ``flags``, built as ``main.py`` builds it; only ``train()`` is timed."""
-    with tempfile.TemporaryDirectory(prefix="bench-ours-") as log_dir:
-        config = cli_config(flags, env_name, num_envs, steps, seed, device, log_dir)
-        if config.speed.keep_freed_memory:
-            keep_freed_memory()
-        seed_everything(config.seed)
-        envs = make_vec_env(
-            config.env_name,
-            config.num_envs,
-            config.n_stack,
-            config.seed,
-            config.vec_env,
-            config.max_episode_frames,
-            frame_size=config.frame_size,
-        )
-        try:
-            size, continuous = action_size(envs.action_space)
-            runner = Runner(
-                make_agent(config, envs.observation_space.shape, size, device, continuous=continuous),
-                envs,
-                config,
-                log_dir,
-            )
+    """Train what ``cli_config`` reads from ``flags``, built as ``main.py`` builds it; or, ``envs_only``,
+    step its envs with uniformly random actions drawn beforehand for ``steps`` env steps rounded up to
+    whole vector steps: the rate the envs alone allow. Only the loop is timed."""
+    config = cli_config(flags, env_name, num_envs, steps, device)
+    if config.speed.keep_freed_memory and not envs_only:
+        keep_freed_memory()
+    seed_everything(config.seed)
+    frames = dict(max_episode_frames=config.max_episode_frames, frame_size=config.frame_size)
+    envs = make_vec_env(env_name, config.num_envs, config.n_stack, config.seed, config.vec_env, **frames)
+    try:
+        if envs_only:
+            vector_steps = -(-steps // config.num_envs)
+            actions = random_actions(envs.action_space, np.random.default_rng(SEED), (vector_steps, config.num_envs))
+            envs.reset()
+            tic = time.perf_counter()
+            for action in actions:
+                envs.step(action)
+            return vector_steps * config.num_envs, time.perf_counter() - tic
+        size, continuous = action_size(envs.action_space)
+        agent = make_agent(config, envs.observation_space.shape, size, device, continuous=continuous)
+        if config.speed.compile:
+            compile_network(agent.model)
+        with tempfile.TemporaryDirectory(prefix="bench-ours-") as run_dir:
+            runner = Runner(agent, envs, config, run_dir)
             tic = time.perf_counter()
             return runner.train().step, time.perf_counter() - tic
-        finally:
-            envs.close()
+    finally:
+        envs.close()
 
 
 def zoo_settings(env_name: str) -> dict[str, Any]:
@@ -123,22 +112,15 @@ def zoo_settings(env_name: str) -> dict[str, Any]:
     if is_atari(env_name):
         from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
-        return dict(
-            policy="CnnPolicy",
-            learning_rate=7e-4,
-            n_steps=5,
-            ent_coef=0.01,
-            vf_coef=0.25,
-            policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
-        )
+        rms = dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5))
+        return dict(policy="CnnPolicy", n_steps=5, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.25, policy_kwargs=rms)
     from stable_baselines3.common.utils import LinearSchedule
 
-    return dict(
-        policy="MlpPolicy", n_steps=5, gamma=0.995, learning_rate=LinearSchedule(8.3e-4, 0.0, 1.0), ent_coef=1e-5
-    )
+    decayed = LinearSchedule(8.3e-4, 0.0, 1.0)
+    return dict(policy="MlpPolicy", n_steps=5, gamma=0.995, learning_rate=decayed, ent_coef=1e-5)
 
 
-def train_sb3(steps: int, env_name: str, num_envs: int, seed: int = 0, device: str = "cpu") -> tuple[int, float]:
+def train_sb3(steps: int, env_name: str, num_envs: int, device: str = "cpu") -> tuple[int, float]:
     """SB3's A2C with ``zoo_settings`` on SB3's own env pipeline (a ``DummyVecEnv``, a 4-frame stack for a
     game); only ``model.learn`` is timed, and SB3 writes no log folder."""
     from stable_baselines3 import A2C
@@ -147,14 +129,13 @@ def train_sb3(steps: int, env_name: str, num_envs: int, seed: int = 0, device: s
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    seed_everything(seed)
-    envs = (
-        VecFrameStack(make_atari_env(env_name, num_envs, seed, env_kwargs=wrapper_skips_frames(env_name)), 4)
-        if is_atari(env_name)
-        else make_sb3_env(env_name, num_envs, seed)
-    )
+    seed_everything(SEED)
+    if is_atari(env_name):
+        envs = VecFrameStack(make_atari_env(env_name, num_envs, SEED, env_kwargs=wrapper_skips_frames(env_name)), 4)
+    else:
+        envs = make_sb3_env(env_name, num_envs, SEED)
     try:
-        model = A2C(env=envs, seed=seed, device=device, verbose=0, **zoo_settings(env_name))
+        model = A2C(env=envs, seed=SEED, device=device, verbose=0, **zoo_settings(env_name))
         model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own makes a folder in /tmp every run
         model._last_obs = model.env.reset()  # reset outside the timed part, as our runner does
         model._last_episode_starts = np.ones((model.env.num_envs,), dtype=bool)
@@ -165,30 +146,17 @@ def train_sb3(steps: int, env_name: str, num_envs: int, seed: int = 0, device: s
         envs.close()
 
 
-def step_randomly(
-    steps: int, env_name: str, num_envs: int, flags: Sequence[str] = (), seed: int = 0, device: str = "cpu"
-) -> tuple[int, float]:
-    """The envs of ``cli_config(flags)`` stepped with uniformly random actions drawn beforehand, for
-    ``steps`` env steps rounded up to whole vector steps: the rate the envs alone allow."""
-    config = cli_config(flags, env_name, num_envs)
-    envs = make_vec_env(env_name, config.num_envs, seed=seed, vec_env=config.vec_env, frame_size=config.frame_size)
-    try:
-        vector_steps = -(-steps // config.num_envs)
-        actions = random_actions(envs.action_space, np.random.default_rng(seed), (vector_steps, config.num_envs))
-        envs.reset()
-        tic = time.perf_counter()
-        for action in actions:
-            envs.step(action)
-        return vector_steps * config.num_envs, time.perf_counter() - tic
-    finally:
-        envs.close()
+def twins(trainers: dict[str, list[str]], *suffixes: str) -> dict[str, list[str]]:
+    """``trainers`` (name -> main.py flags), then for each of ``suffixes`` (``TWINS``) each one's twin."""
+    for suffix in suffixes:
+        trainers = {**trainers, **{name + suffix: [*flags, TWINS[suffix]] for name, flags in trainers.items()}}
+    return trainers
 
 
-def ours(which: str = "both", bf16: bool = False) -> dict[str, list[str]]:
+def ours(which: str = "both", *suffixes: str) -> dict[str, list[str]]:
     """Trainer name -> main.py flags: the recurrent default and the fast configuration (``which``: both,
-    recurrent, feedforward or none), with ``bf16`` each one's bfloat16 twin after them."""
-    chosen = {name: flags for name, (choice, flags) in OURS.items() if which in ("both", choice)}
-    return {**chosen, **({name + BF16: [*flags, "--bf16"] for name, flags in chosen.items()} if bf16 else {})}
+    recurrent, feedforward or none), then their ``twins`` of ``suffixes``."""
+    return twins({name: flags for name, (choice, flags) in OURS.items() if which in ("both", choice)}, *suffixes)
 
 
 def ablations(env_name: str, num_envs: int, path: Sequence[str] = ()) -> dict[str, list[str]]:
@@ -216,20 +184,13 @@ class Trials:
         return statistics.median(self.rates)
 
 
-Trainer = tuple[Callable[..., tuple[int, float]], dict[str, Any]]  # a train function and its arguments
-
-
-def run_trial(
-    train: Callable[..., tuple[int, float]], steps: int, kwargs: dict[str, Any], threads: int
-) -> tuple[int, float]:
-    """One timed run, in the fresh process it is sent to."""
-    if threads:
-        torch.set_num_threads(threads)
-    return train(steps, **kwargs)
+def timed(train: Callable[..., tuple[int, float]], common: dict[str, Any], flags: dict[str, list[str]]) -> dict:
+    """Trainer name -> (``train``, its arguments: the ``common`` ones and that trainer's ``flags``)."""
+    return {name: (train, {**common, "flags": f}) for name, f in flags.items()}
 
 
 def run_alternating(
-    trainers: dict[str, Trainer], steps: int, repeats: int, warmup_steps: int, threads: int = 0
+    trainers: dict[str, tuple[Callable, dict]], steps: int, repeats: int, warmup_steps: int, threads: int = 0
 ) -> dict[str, Trials]:
     """Every trainer in turn for ``repeats`` rounds after an untimed one of ``warmup_steps``, each run spawned anew."""
     import multiprocessing
@@ -237,13 +198,13 @@ def run_alternating(
 
     width = max(map(len, trainers))
     results = {name: Trials(name) for name in trainers}
-    with ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1
-    ) as pool:
+    fresh = dict(mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)  # a process a run
+    threads_set = dict(initializer=torch.set_num_threads, initargs=(threads,)) if threads else {}
+    with ProcessPoolExecutor(max_workers=1, **fresh, **threads_set) as pool:
 
         def run(name: str, n: int) -> tuple[int, float]:
             train, kwargs = trainers[name]
-            return pool.submit(run_trial, train, n, kwargs, threads).result()
+            return pool.submit(train, n, **kwargs).result()
 
         for name in trainers if warmup_steps > 0 else ():
             run(name, warmup_steps)
@@ -252,83 +213,57 @@ def run_alternating(
                 trained, seconds = run(name, steps)
                 trials.steps.append(trained)
                 trials.seconds.append(seconds)
-                print(
-                    f"round {round_}  {name:<{width}} {trained} steps in {seconds:6.2f} s: "
-                    f"{trained / seconds:7.1f} steps/s",
-                    flush=True,
-                )
+                rate = f"{trained} steps in {seconds:6.2f} s: {trained / seconds:7.1f} steps/s"
+                print(f"round {round_}  {name:<{width}} {rate}", flush=True)
     return results
 
 
-def print_table(results: dict[str, Trials]) -> None:
-    width = max(len("trainer"), *map(len, results))
-    print(f"\n{'trainer':<{width}} {'steps':>7} {'steps/s (median)':>17}  steps/s of each round")
-    for t in results.values():
-        print(f"{t.name:<{width}} {t.steps[0]:>7} {t.median_rate:>17.1f}  " + " ".join(f"{r:.1f}" for r in t.rates))
-
-
 def preset_envs(trainer: str) -> str:
-    """The env-only row of a preset's envs, the same for the preset in bfloat16."""
-    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(BF16)})"
+    """The env-only row of a preset's envs, the same for the preset's twins."""
+    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(COMPILED).removesuffix(BF16)})"
 
 
-def comparisons(results: dict[str, Trials], ablated: Sequence[str]) -> dict[tuple[str, str], float]:
-    """``(trainer, other) -> trainer's median rate / other's``: each of ours against SB3 and its float32
-    twin; the recurrent default against each ``ablated`` row; a preset against the fast configuration;
-    each of ours against its envs alone (a share, below 1)."""
+def comparisons(results: dict[str, Trials], ablated: Sequence[str] = ()) -> dict[tuple[str, str], float]:
+    """``(trainer, other) -> trainer's median rate / other's``: each of ours against SB3 and against itself
+    without the lever of its twin; the recurrent default against each ``ablated`` row; a preset against
+    the fast configuration; each of ours against its envs alone (a share, below 1)."""
     rate = {name: trials.median_rate for name, trials in results.items()}
     mine = [name for name in results if name.startswith("ours")]
-    pairs = [(name, SB3) for name in mine] + [(name, name.removesuffix(BF16)) for name in mine]
+    pairs = [(name, SB3) for name in mine] + [(name, name.removesuffix(suffix)) for name in mine for suffix in TWINS]
     pairs += [(RECURRENT, row) for row in ablated] + [(name, FEEDFORWARD) for name in mine if name.startswith(PRESET)]
     pairs += [(name, preset_envs(name) if name.startswith(PRESET) else ENV_ONLY) for name in mine]
     return {(a, b): rate[a] / rate[b] for a, b in pairs if a != b and a in rate and b in rate}
 
 
-def summary_lines(results: dict[str, Trials], ablated: Sequence[str]) -> list[str]:
-    return [
-        f"{a}: {value:.0%} of the rate of {b} ({results[b].median_rate:,.0f} env steps/s)"
-        if b.startswith(ENV_ONLY)
-        else f"{a} / {b}: {value:.2f}x"
-        for (a, b), value in comparisons(results, ablated).items()
-    ]
+def print_report(results: dict[str, Trials], ablated: Sequence[str] = ()) -> None:
+    """The table of the rates, then the ``comparisons``, a share of the envs' rate as a percentage."""
+    width = max(len("trainer"), *map(len, results))
+    print(f"\n{'trainer':<{width}} {'steps':>7} {'steps/s (median)':>17}  steps/s of each round")
+    for t in results.values():
+        print(f"{t.name:<{width}} {t.steps[0]:>7} {t.median_rate:>17.1f}  " + " ".join(f"{r:.1f}" for r in t.rates))
+    for (a, b), value in comparisons(results, ablated).items():
+        share = f"{a}: {value:.0%} of the rate of {b} ({results[b].median_rate:,.0f} env steps/s)"
+        print(share if b.startswith(ENV_ONLY) else f"{a} / {b}: {value:.2f}x", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--steps",
-        type=positive,
-        default=None,
-        help=f"env steps of each timed run, rounded down to "
-        f"whole updates (default: {ATARI_STEPS} for a game, {VECTOR_STEPS} for a vector env)",
-    )
+    steps = f"env steps a timed run, in whole updates (default: {ATARI_STEPS}; a vector env: {VECTOR_STEPS})"
+    p.add_argument("--steps", type=positive, help=steps)
     p.add_argument("--env-name", default="PongNoFrameskip-v4", help="an Atari game or a vector-observation env")
     p.add_argument("--num-envs", type=positive, default=16, help="envs stepped in parallel (default: 16)")
     p.add_argument("--repeats", type=positive, default=3, help="rounds of alternating runs (default: 3)")
-    p.add_argument(
-        "--ours",
-        choices=["both", "recurrent", "feedforward", "none"],
-        default="both",
-        help="which configurations of ours to time (a game; none: only --preset's)",
-    )
+    which = "which configurations of ours to time (a game; none: only --preset's)"
+    p.add_argument("--ours", choices=["both", "recurrent", "feedforward", "none"], default="both", help=which)
     p.add_argument("--no-sb3", action="store_true", help="time ours only")
     p.add_argument("--env-only", action="store_true", help="also step ours' envs alone with random actions")
-    p.add_argument(
-        "--preset",
-        action="append",
-        default=[],
-        metavar="'NAME [FLAGS]'",
-        help="also what python main.py --preset NAME [FLAGS] trains (a game)",
-    )
+    preset = "also what python main.py --preset NAME [FLAGS] trains (a game)"
+    p.add_argument("--preset", action="append", default=[], metavar="'NAME [FLAGS]'", help=preset)
     p.add_argument("--bf16", action="store_true", help="also each of ours with its encoder in bfloat16 (a game)")
-    p.add_argument(
-        "--ablation",
-        action="store_true",
-        help="also the recurrent default without each speed switch, then without all (a game)",
-    )
-    p.add_argument(
-        "--ours-vec-env", choices=VEC_ENV_CHOICES, default=None, help="env path of ours (default: main.py's)"
-    )
+    p.add_argument("--compile", action="store_true", help="also each of ours with main.py's --compile (a game)")
+    ablation = "also the recurrent default without each speed switch, then without all (a game)"
+    p.add_argument("--ablation", action="store_true", help=ablation)
+    p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, help="env path of ours (default: main.py's)")
     p.add_argument("--cuda", action="store_true", help="train every trainer on the GPU (envs on the CPU)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     return p
@@ -344,49 +279,41 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: CUDA is not available on this machine")
     atari = is_atari(args.env_name)
-    typed = [
-        f"--{name}" for name in ("ablation", "bf16", "preset", "ours") if getattr(args, name) not in (False, [], "both")
-    ]
+    options = ("ablation", "bf16", "compile", "preset", "ours")
+    typed = [f"--{name}" for name in options if getattr(args, name) not in (False, [], "both")]
     if typed and not atari:
         p.error(f"{', '.join(typed)}: for Atari games; {args.env_name} trains with its own defaults")
     if args.threads:
         torch.set_num_threads(args.threads)
     common = dict(env_name=args.env_name, num_envs=args.num_envs, device="cuda" if args.cuda else "cpu")
     path = ["--vec-env", args.ours_vec_env] if args.ours_vec_env else []
-    flags = ours(args.ours, args.bf16) if atari else {DEFAULTS: []}
+    suffixes = [suffix for suffix, wanted in ((BF16, args.bf16), (COMPILED, args.compile)) if wanted]
+    flags = ours(args.ours, *suffixes) if atari else {DEFAULTS: []}
     presets = {}
     for preset in args.preset:
         try:
-            cli_config(["--preset", *shlex.split(preset)], args.env_name, args.num_envs)
+            presets[PRESET + preset] = ["--preset", *shlex.split(preset)]
+            cli_config(presets[PRESET + preset], args.env_name, args.num_envs)
         except (ValueError, UsageError, SystemExit):  # main.py's parser has said what is wrong with its flags
             p.error(f"--preset {preset!r}: the name of a preset ({', '.join(recipes.PRESETS)}), then main.py's flags")
-        presets[PRESET + preset] = ["--preset", *shlex.split(preset)]
-        if args.bf16:
-            presets[PRESET + preset + BF16] = [*presets[PRESET + preset], "--bf16"]
-    trainers: dict[str, Trainer] = {
-        name: (train_ours, {**common, "flags": [*path, *f]}) for name, f in {**flags, **presets}.items()
-    }
+    presets = twins(presets, *suffixes)
+    trainers = timed(train_ours, common, {name: [*path, *f] for name, f in {**flags, **presets}.items()})
     if not args.no_sb3:
         trainers[SB3] = train_sb3, common
     ablated = ablations(args.env_name, args.num_envs, path) if args.ablation and RECURRENT in flags else {}
-    trainers.update((name, (train_ours, {**common, "flags": f})) for name, f in ablated.items())
+    trainers |= timed(train_ours, common, ablated)
     if args.env_only:  # the envs of ours, and of each preset
         envs = {ENV_ONLY: path} if flags else {}
-        envs.update({preset_envs(name): [*path, *f] for name, f in presets.items()})
-        trainers.update((name, (step_randomly, {**common, "flags": f})) for name, f in envs.items())
+        envs |= {preset_envs(name): [*path, *f] for name, f in presets.items()}
+        trainers |= timed(train_ours, {**common, "envs_only": True}, envs)
 
-    per_update = cli_config(path, args.env_name, args.num_envs).steps_per_update
-    steps = max(per_update, (args.steps or (ATARI_STEPS if atari else VECTOR_STEPS)) // per_update * per_update)
-    warmup = WARMUP_STEPS and max(per_update, WARMUP_STEPS // per_update * per_update)
-    print(
-        f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds; torch "
-        f"{torch.__version__} with {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
-        + (f", {torch.cuda.get_device_name()}" if args.cuda else ""),
-        flush=True,
-    )
-    results = run_alternating(trainers, steps, args.repeats, warmup, args.threads)
-    print_table(results)
-    print("\n".join(summary_lines(results, list(ablated))))
+    steps = whole_updates(args.steps or (ATARI_STEPS if atari else VECTOR_STEPS), args.env_name, args.num_envs, path)
+    warmup = WARMUP_STEPS and whole_updates(WARMUP_STEPS, args.env_name, args.num_envs, path)
+    machine = f"torch {torch.__version__} with {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
+    machine += f", {torch.cuda.get_device_name()}" if args.cuda else ""
+    setup = f"{args.env_name}, {args.num_envs} envs, {steps} env steps a run, {args.repeats} rounds"
+    print(f"{setup}; {machine}", flush=True)
+    print_report(run_alternating(trainers, steps, args.repeats, warmup, args.threads), list(ablated))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""bench/throughput.py (Atari and vector envs, the env-only rows, presets, SB3's A2C): what each trainer
-trains, the comparisons computed from the timed runs, the refusals, and tiny runs end to end."""
+"""bench/throughput.py (Atari and vector envs, the env-only rows, presets, the bfloat16 and compiled
+twins, SB3's A2C): what each trainer trains, the comparisons computed from the timed runs, the
+refusals, and tiny runs end to end."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tempfile
 import pytest
 
 from bench import throughput as bench
-from bench.throughput import BF16, DEFAULTS, ENV_ONLY, FEEDFORWARD, PRESET, RECURRENT, SB3, Trials
+from bench.throughput import BF16, COMPILED, DEFAULTS, ENV_ONLY, FEEDFORWARD, PRESET, RECURRENT, SB3, Trials
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 PONG = "PongNoFrameskip-v4"
@@ -20,16 +21,16 @@ def trials(name: str, rate: float) -> Trials:
 
 
 def measured(monkeypatch) -> dict:
-    """What the next ``bench.main`` measures (without a warm-up round): its results, as handed to the summary."""
+    """What the next ``bench.main`` measures (without a warm-up round): its results, as handed to the report."""
     monkeypatch.setattr(bench, "WARMUP_STEPS", 0)
     seen: dict = {}
-    summary = bench.summary_lines
+    report = bench.print_report
 
-    def record(results, ablations):
+    def record(results, ablated=()):
         seen.update(results)
-        return summary(results, ablations)
+        report(results, ablated)
 
-    monkeypatch.setattr(bench, "summary_lines", record)
+    monkeypatch.setattr(bench, "print_report", record)
     return seen
 
 
@@ -52,14 +53,20 @@ def test_ablation_rows_each_take_away_one_switch_then_all():
     assert len(bench.ablations(PONG, 2, ["--vec-env", "dummy"])) == 4
 
 
-def test_the_configurations_of_ours_and_their_bfloat16_twins():
-    configs = {name: bench.cli_config(flags, PONG, 2) for name, flags in bench.ours(bf16=True).items()}
+def test_the_configurations_of_ours_and_their_bfloat16_and_compiled_twins():
+    configs = {name: bench.cli_config(flags, PONG, 2) for name, flags in bench.ours("both", BF16, COMPILED).items()}
     assert configs[RECURRENT] == bench.cli_config([], PONG, 2)  # main.py's default
     assert configs[FEEDFORWARD].arch == "nature" and not configs[FEEDFORWARD].recurrent
     for name in (RECURRENT, FEEDFORWARD):
         assert not configs[name].speed.bf16 and configs[name + BF16].speed.bf16
-        assert configs[name + BF16] == dataclasses.replace(configs[name], speed=configs[name + BF16].speed)
+        assert not configs[name].speed.compile and configs[name + COMPILED].speed.compile
+        # Each twin is its plain row with one lever turned on, the two levers together too.
+        for twin, lever in ((BF16, {"bf16"}), (COMPILED, {"compile"}), (BF16 + COMPILED, {"bf16", "compile"})):
+            plain, other = dataclasses.asdict(configs[name].speed), dataclasses.asdict(configs[name + twin].speed)
+            assert {key for key in plain if plain[key] != other[key]} == lever
+            assert configs[name + twin] == dataclasses.replace(configs[name], speed=configs[name + twin].speed)
     assert list(bench.ours("feedforward")) == [FEEDFORWARD] and bench.ours("none") == {}
+    assert list(bench.ours("recurrent", COMPILED)) == [RECURRENT, RECURRENT + COMPILED]
 
 
 def test_comparisons_are_ratios_of_the_median_rates():
@@ -70,6 +77,8 @@ def test_comparisons_are_ratios_of_the_median_rates():
             trials(RECURRENT, 130),
             trials(FEEDFORWARD, 200),
             trials(FEEDFORWARD + BF16, 250),
+            trials(RECURRENT + COMPILED, 156),
+            trials(FEEDFORWARD + BF16 + COMPILED, 300),
             trials(SB3, 100),
             trials("recurrent, dummy envs", 65),
             trials(ENV_ONLY, 1000),
@@ -82,18 +91,25 @@ def test_comparisons_are_ratios_of_the_median_rates():
             (RECURRENT, SB3): 1.3,
             (FEEDFORWARD, SB3): 2.0,
             (FEEDFORWARD + BF16, SB3): 2.5,
+            (RECURRENT + COMPILED, SB3): 1.56,
+            (FEEDFORWARD + BF16 + COMPILED, SB3): 3.0,
             (preset, SB3): 5.0,
             (FEEDFORWARD + BF16, FEEDFORWARD): 1.25,  # what --bf16 bought
+            (RECURRENT + COMPILED, RECURRENT): 1.2,  # what --compile bought
+            (FEEDFORWARD + BF16 + COMPILED, FEEDFORWARD + BF16): 1.2,  # and in bfloat16
             (RECURRENT, "recurrent, dummy envs"): 2.0,  # what the ale path bought
             (preset, FEEDFORWARD): 2.5,
             # Each trainer as a share of its own envs' rate: a preset's envs are its own.
             (RECURRENT, ENV_ONLY): 0.13,
             (FEEDFORWARD, ENV_ONLY): 0.2,
             (FEEDFORWARD + BF16, ENV_ONLY): 0.25,
+            (RECURRENT + COMPILED, ENV_ONLY): 0.156,
+            (FEEDFORWARD + BF16 + COMPILED, ENV_ONLY): 0.3,
             (preset, bench.preset_envs(preset)): 0.25,
         }
     )
-    assert bench.preset_envs(preset + BF16) == bench.preset_envs(preset)  # the bfloat16 twin steps the same envs
+    for twin in (BF16, COMPILED, BF16 + COMPILED):  # a preset's twins step the same envs
+        assert bench.preset_envs(preset + twin) == bench.preset_envs(preset)
     # Nothing measured, nothing compared.
     assert bench.comparisons({RECURRENT: trials(RECURRENT, 130)}, []) == {}
 
@@ -107,6 +123,7 @@ def test_comparisons_are_ratios_of_the_median_rates():
             "--ablation, --bf16: for Atari games; CartPole-v1 trains with its own defaults",
         ),
         (["--env-name", "CartPole-v1", "--ours", "feedforward"], "--ours: for Atari games"),
+        (["--env-name", "CartPole-v1", "--compile"], "--compile: for Atari games"),
         (["--env-name", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
         (["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
     ],
@@ -184,7 +201,7 @@ def test_sb3_trains_the_steps_asked_and_leaves_no_log_folder_behind(tmp_path, mo
 
 @pytest.mark.parametrize("env_name", ["Pendulum-v1", "PongNoFrameskip-v4"])
 def test_the_envs_alone_take_random_actions_of_their_space_for_whole_vector_steps(env_name):
-    steps, seconds = bench.step_randomly(9, env_name, 2)  # Box actions, then Discrete ones
+    steps, seconds = bench.train_ours(9, env_name, 2, envs_only=True)  # Box actions, then Discrete ones
     assert steps == 10 and seconds > 0  # 9 env steps of 2 envs: rounded up to 5 vector steps
 
 
@@ -200,7 +217,7 @@ def test_sb3_trains_with_the_zoos_settings():
     vector = bench.zoo_settings("CartPole-v1")
     assert (vector["policy"], vector["n_steps"], vector["gamma"], vector["ent_coef"]) == ("MlpPolicy", 5, 0.995, 1e-5)
     assert vector["learning_rate"](1.0) == pytest.approx(8.3e-4) and vector["learning_rate"](0.0) == 0.0  # decayed
-    steps, seconds = bench.train_sb3(200, "CartPole-v1", 4, seed=1)
+    steps, seconds = bench.train_sb3(200, "CartPole-v1", 4)
     assert steps == 200 and seconds > 0
 
 
@@ -250,3 +267,11 @@ def test_a_tiny_preset_run_times_it_its_bfloat16_twin_and_its_own_envs(monkeypat
     )
     preset = PRESET + "fast-cpu"
     assert set(results) == {preset, preset + BF16, bench.preset_envs(preset)}  # --ours none: no default envs
+
+
+def test_a_compiled_twin_trains_its_network_compiled_as_main_py_does(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(bench, "compile_network", lambda model: compiled.append(model) or model)
+    flags = bench.ours("feedforward", COMPILED)
+    assert bench.train_ours(10, PONG, 2, flags[FEEDFORWARD])[0] == 10 and not compiled
+    assert bench.train_ours(10, PONG, 2, flags[FEEDFORWARD + COMPILED])[0] == 10 and len(compiled) == 1

@@ -1,5 +1,6 @@
 """bench/gpu.py on a machine without a GPU: the env piece, the refusals, the results file, the
-Pong bookkeeping and bad input. Runs in-process, in a few seconds; nothing here times anything."""
+throughput piece's trainers and ratios (its timed runs stood in for), the Pong bookkeeping, a tiny
+pong piece trained and resumed on the CPU, and bad input. Nothing here times anything."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 import os
 
 import pytest
+import torch
 
 from bench import gpu
+from bench import throughput as tp
 
 ENV_KEYS = {
     "torch",
@@ -88,11 +91,11 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
     gpu.save(str(tmp_path), "smoke", {"summary": "3 passed, 1 skipped in 2.50s", "exit_code": 0}, ["smoke"])
     cell = {
         "trainers": {"ours recurrent": {"steps_per_s": 3000.0, "rounds": [2900.0, 3100.0]}},
-        "ratios_over_sb3": {"ours recurrent": 3.0},
+        "ratios": {"ours recurrent": {"sb3": 3.0}},
     }
     gpu.save(str(tmp_path), "throughput", {"16": {"trainers": {}}}, ["throughput", "--envs", "64"])
     gpu.save(str(tmp_path), "throughput", {"16": cell}, ["throughput", "--envs", "16"])  # each env count its own
-    gpu.save(str(tmp_path), "throughput", {"64": {"ratios_over_sb3": {"ours recurrent": 3.5}}}, ["throughput"])
+    gpu.save(str(tmp_path), "throughput", {"64": {"ratios": {"ours recurrent": {"sb3": 3.5}}}}, ["throughput"])
     gpu.save(str(tmp_path), "pong", {"reached": {"18": {"env_steps": 2_000_000}, "20": None}}, ["pong"])
     results = json.loads((tmp_path / "gpu.json").read_text())
     assert set(results) == {"smoke", "throughput", "pong"}
@@ -103,8 +106,8 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
         "| smoke | summary | 3 passed, 1 skipped in 2.50s |",
         "| smoke | exit_code | 0 |",
         "| throughput | 16 / trainers / ours recurrent / steps_per_s | 3,000.00 |",
-        "| throughput | 16 / ratios_over_sb3 / ours recurrent | 3.00 |",
-        "| throughput | 64 / ratios_over_sb3 / ours recurrent | 3.50 |",
+        "| throughput | 16 / ratios / ours recurrent / sb3 | 3.00 |",
+        "| throughput | 64 / ratios / ours recurrent / sb3 | 3.50 |",
         "| pong | reached / 18 / env_steps | 2,000,000 |",
         "| pong | reached / 20 | - |",
     ]
@@ -113,6 +116,42 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
     results = json.loads((tmp_path / "gpu.json").read_text())
     assert results["pong"] == {"status": "done", "command": "python -m bench.gpu pong"}
     assert results["smoke"]["exit_code"] == 0 and "16" in results["throughput"]
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_the_throughput_piece_times_each_of_ours_plain_and_compiled_against_sb3(tmp_path, monkeypatch, bf16):
+    monkeypatch.setattr(gpu, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
+    rates = {tp.RECURRENT: 300.0, tp.FEEDFORWARD: 400.0, tp.FEEDFORWARD + tp.BF16: 500.0, tp.SB3: 100.0}
+    rates |= {name + tp.COMPILED: 1.5 * rate for name, rate in rates.items()}
+    timed = []
+
+    def run_alternating(trainers, steps, repeats, warmup_steps):  # each trainer at its rate, in place of timing
+        timed.append((trainers, steps))
+        return {name: tp.Trials(name, [steps], [steps / rates[name]]) for name in trainers}
+
+    monkeypatch.setattr(tp, "run_alternating", run_alternating)
+    assert gpu.main(["throughput", "--envs", "16", "64", "--repeats", "1", "--out-dir", str(tmp_path)]) == 0
+    ours = [tp.RECURRENT, tp.FEEDFORWARD] + ([tp.FEEDFORWARD + tp.BF16] if bf16 else [])
+    for (trainers, steps), num_envs in zip(timed, (16, 64)):
+        assert list(trainers) == [*ours, *(name + tp.COMPILED for name in ours), tp.SB3]
+        assert steps == 20_000 // (num_envs * 5) * num_envs * 5  # whole updates
+        for name in ours:
+            train, kwargs = trainers[name]
+            assert train is tp.train_ours and kwargs == dict(
+                env_name=gpu.PONG, num_envs=num_envs, device="cuda", flags=kwargs["flags"]
+            )
+            assert trainers[name + tp.COMPILED][1]["flags"] == [*kwargs["flags"], "--compile"]
+        assert trainers[tp.SB3] == (tp.train_sb3, dict(env_name=gpu.PONG, num_envs=num_envs, device="cuda"))
+    cell = json.loads((tmp_path / "gpu.json").read_text())["throughput"]["64"]
+    assert cell["trainers"][tp.SB3]["steps_per_s"] == 100.0
+    ratios = cell["ratios"]
+    assert ratios[tp.RECURRENT] == {tp.SB3: 3.0}
+    assert ratios[tp.RECURRENT + tp.COMPILED] == {tp.SB3: 4.5, tp.RECURRENT: 1.5}  # the lever on against off
+    if bf16:
+        assert ratios[tp.FEEDFORWARD + tp.BF16 + tp.COMPILED] == {tp.SB3: 7.5, tp.FEEDFORWARD + tp.BF16: 1.5}
+    md = (tmp_path / "gpu.md").read_text()
+    assert f"| throughput | 16 / ratios / {tp.FEEDFORWARD + tp.COMPILED} / {tp.FEEDFORWARD} | 1.50 |" in md
 
 
 P = gpu.Point
@@ -158,3 +197,26 @@ def test_pong_stops_at_the_budget_or_when_the_run_ends():
     assert gpu.pong_summary({"segments": segments}, points, 10_000_000, 10_000_000)["done"]
     assert gpu.pong_summary({"segments": segments}, points, 9_999_920, 10_000_000, ended=True)["done"]
     assert not gpu.pong_summary({"segments": segments}, points, 9_999_920, 10_000_000)["done"]
+
+
+def test_the_pong_piece_trains_resumes_and_adds_up_its_segments(tmp_path, monkeypatch, capsys):
+    """On the CPU, a 40-step budget: the first piece trains the run to its end; with the budget raised the
+    next resumes the same run directory, and the wall time is the two segments'."""
+    monkeypatch.setattr(gpu, "cuda_available", lambda: True)
+    tiny = ["--num-envs", "2", "--no-cuda", "--log-interval", "1", "--threads", "1"]
+    for budget in (40, 80):
+        monkeypatch.setattr(gpu, "PONG_BUDGET", budget)
+        monkeypatch.setattr(gpu, "PONG_FLAGS", [*tiny, "--max-env-steps", str(budget)])
+        assert gpu.main(["pong", "--out-dir", str(tmp_path)]) == 0
+        state = json.loads((tmp_path / "gpu.json").read_text())["pong"]
+        assert state["done"] and state["env_steps"] == budget and state["status"].startswith("done: the run ended")
+        if budget == 40:  # as if it had been stopped: not done, so the next piece carries on
+            state["done"] = False
+            (tmp_path / "gpu.json").write_text(json.dumps({"pong": state}))
+            (tmp_path / "pong_runs" / "done").unlink()
+    first, second = state["segments"]
+    assert "--resume" not in first["command"] and "--resume" in second["command"]
+    assert state["wall_seconds"] == pytest.approx(sum(s["end"] - s["start"] for s in (first, second)), abs=0.1)
+    assert len(list((tmp_path / "pong_runs").glob("PongNoFrameskip-v4_*"))) == 1  # one run, resumed
+    assert gpu.main(["pong", "--out-dir", str(tmp_path)]) == 0
+    assert "this run is done" in capsys.readouterr().out
