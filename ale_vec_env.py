@@ -20,7 +20,7 @@ every ``done``), while here the stack goes on and the agent presses FIRE itself 
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -157,6 +157,60 @@ class AleVecEnv(VecEnv):
 
     def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
         raise AttributeError(f"AleVecEnv cannot call {method_name!r} on its C++ envs")
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        return [False] * len(self._get_indices(indices))
+
+    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
+        if indices is None:
+            return range(self.num_envs)
+        return [indices] if isinstance(indices, int) else list(indices)
+
+
+class EnvGroups(VecEnv):
+    """``groups`` vector envs of ``num_envs // groups`` games each, side by side as one vector env of
+    ``num_envs``: ``make(n, first)`` builds the group of ``n`` games whose first is game ``first``.
+    A collector can step the groups one by one (:meth:`send`, then :meth:`receive`): see overlap.py."""
+
+    def __init__(self, make: Callable[[int, int], AleVecEnv], num_envs: int, groups: int) -> None:
+        size = num_envs // groups
+        self.groups = [make(size, g * size) for g in range(groups)]
+        self.slices = [slice(g * size, (g + 1) * size) for g in range(groups)]
+        first = self.groups[0]
+        super().__init__(num_envs, first.observation_space, first.action_space)
+
+    def reset(self) -> np.ndarray:
+        return np.concatenate([group.reset() for group in self.groups])
+
+    def send(self, g: int, actions: np.ndarray) -> None:
+        """Start group ``g``'s step with its ``actions``; its games step in C++ threads until :meth:`receive`."""
+        self.groups[g].step_async(actions)
+
+    def receive(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Every group's step, as one vector env of all the games returns it."""
+        results = [group.step_wait() for group in self.groups]
+        obs, rewards, dones = (np.concatenate([r[k] for r in results]) for k in range(3))
+        return obs, rewards, dones, [info for r in results for info in r[3]]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        for g, part in enumerate(self.slices):
+            self.send(g, np.asarray(actions)[part])
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        return self.receive()
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.close()
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return [getattr(self.groups[0], attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        raise AttributeError("EnvGroups has no per-env attributes to set")
+
+    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        raise AttributeError(f"EnvGroups cannot call {method_name!r} on its C++ envs")
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         return [False] * len(self._get_indices(indices))

@@ -290,6 +290,14 @@ class Speed:
         "step, the same function; the first updates pay the compilation. Off by default: "
         "not yet measured faster on a GPU, and slower to start on a CPU.",
     )
+    env_groups: int = setting(
+        1,
+        "Split the games into this many groups of ale-py's C++ vector env and step each while "
+        "the network acts for the next (overlap.py): the same games and updates. 1 (the default): "
+        "one vector env, stepped once the network has acted for every game (docs/speed.md).",
+        parse=positive_int,
+        metavar="G",
+    )
 
 
 @dataclass

@@ -29,7 +29,7 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack, VecTransposeImage
 
-from ale_vec_env import AleVecEnv, frame_cap
+from ale_vec_env import AleVecEnv, EnvGroups, frame_cap
 from config import PRESETS
 from control import workers_ignore_stop_signals
 from families import FAMILIES, EnvFamily, owner, register_family
@@ -183,6 +183,7 @@ def make_vec_env(
     adr: Any = None,
     observation_window: tuple[int, bool] = (1, False),
     sticky_actions: Optional[float] = None,
+    groups: int = 1,
 ) -> VecEnv:
     """`num_envs` copies of a gymnasium env, the one factory of training and evaluation.
 
@@ -205,6 +206,8 @@ def make_vec_env(
     its ranges, which move with the returns (in this process only). ``wrap(i, env)`` wraps env i further
     (e.g. a video recorder), outside its physics. ``observation_window`` (non-Atari envs): what
     ``gym_vec_env.ObservationWindow`` shows the policy, (observations, previous action and reward).
+    ``groups`` (Atari on ``vec_env="ale"``, a speed setting): the games in that many C++ vector envs
+    (``ale_vec_env.EnvGroups``), each game seeded as in one, for overlap.py to step in turn.
     """
     check_sticky_actions(sticky_actions, env_name)
     return family_of(env_name).make_envs(
@@ -222,6 +225,7 @@ def make_vec_env(
         adr=adr,
         observation_window=observation_window,
         sticky_actions=sticky_actions,
+        groups=groups,
     )
 
 
@@ -239,9 +243,12 @@ def _vector_envs(
     wrap: Optional[Callable[[int, gym.Env], gym.Env]],
     adr: Any,
     observation_window: tuple[int, bool],
+    groups: int,
     **_: Any,
 ) -> VecEnv:
     """The vector family's envs (``make_vec_env``): gymnasium's vector env, physics and window on top."""
+    if groups != 1:
+        raise UsageError(f"--env-groups splits ale-py's C++ vector env of Atari games, not {env_name}'s")
     mode = "async" if vec_env in ("subproc", "async") else "sync"
     if adr is not None and mode == "async":
         raise UsageError(
@@ -277,6 +284,7 @@ def _atari_envs(
     adr: Any,
     observation_window: tuple[int, bool],
     sticky_actions: Optional[float],
+    groups: int,
 ) -> VecEnv:
     """The Atari family's envs (``make_vec_env``): frame-stacked screens, on ale-py's C++ vector env or SB3's wrappers."""
     if (
@@ -289,6 +297,32 @@ def _atari_envs(
     ):
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
+    if groups != 1:
+        if vec_env != "ale":
+            raise UsageError(f"--env-groups splits ale-py's C++ vector env (--vec-env ale), not --vec-env {vec_env}")
+        if num_envs % groups:
+            raise UsageError(f"--env-groups {groups} must divide --num-envs {num_envs} into groups of one size")
+        return EnvGroups(
+            lambda n, first: _atari_envs(
+                env_name,
+                n,
+                n_stack,
+                seed + first,
+                vec_env,
+                max_episode_frames,
+                env_kwargs,
+                randomize=randomize,
+                physics=physics,
+                wrap=wrap,
+                frame_size=frame_size,
+                adr=adr,
+                observation_window=observation_window,
+                sticky_actions=sticky_actions,
+                groups=1,
+            ),
+            num_envs,
+            groups,
+        )
     if vec_env == "ale":
         return AleVecEnv(
             env_name,

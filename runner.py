@@ -166,6 +166,20 @@ class Runner:
         """
         # The step's one read from the device: the envs need the actions.
         obs, rewards, dones, infos = self.envs.step(actions.cpu().numpy())
+        return self.took_step(obs, rewards, dones, infos, next_state, t, playing)
+
+    def took_step(
+        self,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict],
+        next_state: State,
+        t: int,
+        playing: Optional[np.ndarray] = None,
+    ) -> EnvStep:
+        """What :meth:`step` does once the envs have stepped: for a collector that steps them itself
+        (overlap.py)."""
         ended = dones.astype(bool)
         if playing is None:
             rewards_t, dones_t = self.step_to_device(np.stack([rewards, dones]).astype(np.float32, copy=False))

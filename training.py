@@ -27,9 +27,10 @@ from evaluate import PeriodicEvaluator
 from model import CONV_ENCODERS
 from normalize import load as load_normalizer
 from normalize import normalized
+from overlap import OverlappedRolloutCollector
 from perf import has_fast_bf16
 from randomize import check_randomizable, parse_physics
-from runner import Runner, save_settings
+from runner import RolloutCollector, Runner, save_settings
 from seeds import env_seed, sampling_seed, seed_everything
 from utils import UsageError, probe_writable
 
@@ -43,6 +44,11 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     """
     context = distributed.context_from_environment()
     algo = algorithm(config.algo)
+    collector = algo.collector
+    if config.speed.env_groups > 1:  # a speed setting: the envs step while the network acts for the next group
+        if collector is not RolloutCollector:
+            raise UsageError(f"--env-groups overlaps the steps of rollouts; --algo {config.algo} collects otherwise")
+        collector = OverlappedRolloutCollector
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if context.world_size > 1 and config.randomize_domain == "adr":
@@ -107,6 +113,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
         adr=curriculum,
         observation_window=config.observation_window,
         sticky_actions=config.sticky_actions,
+        groups=config.speed.env_groups,
     )
     envs = normalized(envs, config.normalize_obs, config.normalize_reward, config.gamma)
     evaluator = None
@@ -174,7 +181,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
             evaluator,
             context=context,
             adr=curriculum,
-            collector=algo.collector,
+            collector=collector,
         )
         final = runner.train()
         if writer is not None:

@@ -2,7 +2,7 @@
 
     python -m bench.gpu env          # torch, CUDA, cuDNN, GPU, bf16, CPUs, library versions, git commit
     python -m bench.gpu smoke        # python -m pytest -m cuda: the tests marked cuda
-    python -m bench.gpu throughput   # Pong at --envs: ours (recurrent, fast, fast bf16), each also compiled, vs SB3
+    python -m bench.gpu throughput   # Pong at --envs: ours (recurrent, fast, fast bf16), compiled, grouped, vs SB3
     python -m bench.gpu pong         # a timed Pong run of the fast configuration, to a mean-100 of 18, then 20
     python -m bench.gpu all          # the four in order
 
@@ -127,9 +127,10 @@ def piece_smoke(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 def piece_throughput(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     require_cuda("throughput")
     # The recurrent default, the fast configuration and (where the GPU computes bfloat16) the latter's
-    # bfloat16 twin, then each of them compiled.
+    # bfloat16 twin, then each of them compiled; and the first two with their steps overlapped.
     bf16 = [tp.BF16] if torch.cuda.is_bf16_supported() else []
     ours = {name: f for name, f in tp.ours("both", *bf16, tp.COMPILED).items() if tp.RECURRENT + tp.BF16 not in name}
+    ours.update(tp.twins(tp.ours("both"), tp.GROUPED))
     cells = {}
     for num_envs in args.envs:
         common = dict(env_name=PONG, num_envs=num_envs, device="cuda")

@@ -43,8 +43,8 @@ DEFAULTS = "ours (env defaults)"  # a vector env: what main.py trains on it
 ENV_ONLY = "envs only"  # --env-only: ours' envs stepped with random actions, no network
 PRESET = "ours --preset "  # trainer "ours --preset NAME"
 # A trainer's twin: its flags and one more (a lever turned on), named by a suffix of its name.
-BF16, COMPILED = " bf16", " compiled"
-TWINS = {BF16: "--bf16", COMPILED: "--compile"}
+BF16, COMPILED, GROUPED = " bf16", " compiled", " 2 env groups"
+TWINS = {BF16: ["--bf16"], COMPILED: ["--compile"], GROUPED: ["--env-groups", "2"]}
 # Each configuration of ours: the --ours choice that names it, and its main.py flags.
 OURS = {RECURRENT: ("recurrent", []), FEEDFORWARD: ("feedforward", ["--arch", "nature", "--no-recurrent"])}
 # The speed switches of the recurrent default, each as the flags that take it away (--ablation). With
@@ -149,7 +149,7 @@ def train_sb3(steps: int, env_name: str, num_envs: int, device: str = "cpu") -> 
 def twins(trainers: dict[str, list[str]], *suffixes: str) -> dict[str, list[str]]:
     """``trainers`` (name -> main.py flags), then for each of ``suffixes`` (``TWINS``) each one's twin."""
     for suffix in suffixes:
-        trainers = {**trainers, **{name + suffix: [*flags, TWINS[suffix]] for name, flags in trainers.items()}}
+        trainers = {**trainers, **{name + suffix: [*flags, *TWINS[suffix]] for name, flags in trainers.items()}}
     return trainers
 
 
@@ -220,7 +220,7 @@ def run_alternating(
 
 def preset_envs(trainer: str) -> str:
     """The env-only row of a preset's envs, the same for the preset's twins."""
-    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(COMPILED).removesuffix(BF16)})"
+    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(GROUPED).removesuffix(COMPILED).removesuffix(BF16)})"
 
 
 def comparisons(results: dict[str, Trials], ablated: Sequence[str] = ()) -> dict[tuple[str, str], float]:
@@ -261,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", action="append", default=[], metavar="'NAME [FLAGS]'", help=preset)
     p.add_argument("--bf16", action="store_true", help="also each of ours with its encoder in bfloat16 (a game)")
     p.add_argument("--compile", action="store_true", help="also each of ours with main.py's --compile (a game)")
+    groups = "also each of ours with main.py's --env-groups 2, its steps overlapped with the network (a game)"
+    p.add_argument("--env-groups", action="store_true", help=groups)
     ablation = "also the recurrent default without each speed switch, then without all (a game)"
     p.add_argument("--ablation", action="store_true", help=ablation)
     p.add_argument("--ours-vec-env", choices=VEC_ENV_CHOICES, help="env path of ours (default: main.py's)")
@@ -279,15 +281,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: CUDA is not available on this machine")
     atari = is_atari(args.env_name)
-    options = ("ablation", "bf16", "compile", "preset", "ours")
-    typed = [f"--{name}" for name in options if getattr(args, name) not in (False, [], "both")]
+    options = ("ablation", "bf16", "compile", "env_groups", "preset", "ours")
+    typed = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name) not in (False, [], "both")]
     if typed and not atari:
         p.error(f"{', '.join(typed)}: for Atari games; {args.env_name} trains with its own defaults")
     if args.threads:
         torch.set_num_threads(args.threads)
     common = dict(env_name=args.env_name, num_envs=args.num_envs, device="cuda" if args.cuda else "cpu")
     path = ["--vec-env", args.ours_vec_env] if args.ours_vec_env else []
-    suffixes = [suffix for suffix, wanted in ((BF16, args.bf16), (COMPILED, args.compile)) if wanted]
+    wanted = ((BF16, args.bf16), (COMPILED, args.compile), (GROUPED, args.env_groups))
+    suffixes = [suffix for suffix, on in wanted if on]
     flags = ours(args.ours, *suffixes) if atari else {DEFAULTS: []}
     presets = {}
     for preset in args.preset:

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from bench import throughput as bench
-from bench.throughput import BF16, COMPILED, DEFAULTS, ENV_ONLY, FEEDFORWARD, PRESET, RECURRENT, SB3, Trials
+from bench.throughput import BF16, COMPILED, DEFAULTS, ENV_ONLY, FEEDFORWARD, GROUPED, PRESET, RECURRENT, SB3, Trials
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 PONG = "PongNoFrameskip-v4"
@@ -67,6 +67,10 @@ def test_the_configurations_of_ours_and_their_bfloat16_and_compiled_twins():
             assert configs[name + twin] == dataclasses.replace(configs[name], speed=configs[name + twin].speed)
     assert list(bench.ours("feedforward")) == [FEEDFORWARD] and bench.ours("none") == {}
     assert list(bench.ours("recurrent", COMPILED)) == [RECURRENT, RECURRENT + COMPILED]
+    grouped = bench.cli_config(bench.ours("recurrent", GROUPED)[RECURRENT + GROUPED], PONG, 2)
+    assert grouped == dataclasses.replace(
+        configs[RECURRENT], speed=dataclasses.replace(configs[RECURRENT].speed, env_groups=2)
+    )
 
 
 def test_comparisons_are_ratios_of_the_median_rates():

@@ -119,11 +119,12 @@ def test_two_pieces_merge_in_the_json_and_the_markdown(tmp_path):
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_the_throughput_piece_times_each_of_ours_plain_and_compiled_against_sb3(tmp_path, monkeypatch, bf16):
+def test_the_throughput_piece_times_each_of_ours_plain_compiled_and_grouped_against_sb3(tmp_path, monkeypatch, bf16):
     monkeypatch.setattr(gpu, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
     rates = {tp.RECURRENT: 300.0, tp.FEEDFORWARD: 400.0, tp.FEEDFORWARD + tp.BF16: 500.0, tp.SB3: 100.0}
     rates |= {name + tp.COMPILED: 1.5 * rate for name, rate in rates.items()}
+    rates |= {name + tp.GROUPED: 0.5 * rates[name] for name in (tp.RECURRENT, tp.FEEDFORWARD)}
     timed = []
 
     def run_alternating(trainers, steps, repeats, warmup_steps):  # each trainer at its rate, in place of timing
@@ -134,7 +135,8 @@ def test_the_throughput_piece_times_each_of_ours_plain_and_compiled_against_sb3(
     assert gpu.main(["throughput", "--envs", "16", "64", "--repeats", "1", "--out-dir", str(tmp_path)]) == 0
     ours = [tp.RECURRENT, tp.FEEDFORWARD] + ([tp.FEEDFORWARD + tp.BF16] if bf16 else [])
     for (trainers, steps), num_envs in zip(timed, (16, 64)):
-        assert list(trainers) == [*ours, *(name + tp.COMPILED for name in ours), tp.SB3]
+        grouped = [tp.RECURRENT + tp.GROUPED, tp.FEEDFORWARD + tp.GROUPED]  # the two configurations, overlapped
+        assert list(trainers) == [*ours, *(name + tp.COMPILED for name in ours), *grouped, tp.SB3]
         assert steps == 20_000 // (num_envs * 5) * num_envs * 5  # whole updates
         for name in ours:
             train, kwargs = trainers[name]
@@ -142,12 +144,15 @@ def test_the_throughput_piece_times_each_of_ours_plain_and_compiled_against_sb3(
                 env_name=gpu.PONG, num_envs=num_envs, device="cuda", flags=kwargs["flags"]
             )
             assert trainers[name + tp.COMPILED][1]["flags"] == [*kwargs["flags"], "--compile"]
+            if name + tp.GROUPED in trainers:
+                assert trainers[name + tp.GROUPED][1]["flags"] == [*kwargs["flags"], "--env-groups", "2"]
         assert trainers[tp.SB3] == (tp.train_sb3, dict(env_name=gpu.PONG, num_envs=num_envs, device="cuda"))
     cell = json.loads((tmp_path / "gpu.json").read_text())["throughput"]["64"]
     assert cell["trainers"][tp.SB3]["steps_per_s"] == 100.0
     ratios = cell["ratios"]
     assert ratios[tp.RECURRENT] == {tp.SB3: 3.0}
     assert ratios[tp.RECURRENT + tp.COMPILED] == {tp.SB3: 4.5, tp.RECURRENT: 1.5}  # the lever on against off
+    assert ratios[tp.FEEDFORWARD + tp.GROUPED] == {tp.SB3: 2.0, tp.FEEDFORWARD: 0.5}
     if bf16:
         assert ratios[tp.FEEDFORWARD + tp.BF16 + tp.COMPILED] == {tp.SB3: 7.5, tp.FEEDFORWARD + tp.BF16: 1.5}
     md = (tmp_path / "gpu.md").read_text()

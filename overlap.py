@@ -1,0 +1,51 @@
+"""Env stepping overlapped with the network: ``--env-groups G``, a speed setting (off by default).
+
+The games are split into ``G`` groups, each ale-py C++ vector env of its own (``ale_vec_env.EnvGroups``).
+At each step of a rollout the network acts for group 0 and sends its actions; while group 0's games
+step in their C++ threads, the network acts for group 1, and so on; then every group's step is
+received, and the step goes on as the serial loop's (``runner.RolloutCollector``).
+
+Only when the games step changes. Env ``g * n + i`` (group ``g``'s env ``i``, ``n`` envs a group)
+is seeded as env ``g * n + i`` of one vector env of all the games, so with the same actions every
+game plays the same frames, rewards and ends (``tests/test_overlap.py``); the rollout and the update
+are the serial loop's. The network runs on ``G`` smaller batches, so it launches ``G`` times the
+kernels a step: whether the overlap pays depends on the machine (docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runner import RolloutCollector, Runner
+
+
+class OverlappedRolloutCollector(RolloutCollector):
+    """A2C's rollouts (:class:`runner.RolloutCollector`) collected with the groups' steps overlapped
+    with the network's passes: the same storage, bootstrap and batch."""
+
+    def collect_steps(self, runner: Runner) -> None:
+        agent, storage, envs = runner.agent, self.storage, runner.envs
+        keep_graph = runner.config.speed.keep_graph
+        for t in range(storage.rollout_size):
+            obs, starts, state = runner.obs, runner.episode_starts, runner.recurrent_state
+            parts = []
+            for g, part in enumerate(envs.slices):
+                own_state = tuple(s[part] for s in state)
+                if keep_graph:
+                    out = agent.act_with_graph(obs[part], own_state, starts[part])
+                else:
+                    out = agent.act(obs[part], own_state, starts[part])
+                envs.send(g, out[0].cpu().numpy())  # group g steps while the network acts for the next group
+                parts.append(out)
+            joined = [torch.cat([p[k] for p in parts]) for k in range(len(parts[0]) - 1)]
+            next_state = tuple(torch.cat([p[-1][k] for p in parts]) for k in range(len(state)))
+            step = runner.took_step(*envs.receive(), next_state, t)
+            if keep_graph:
+                actions, log_probs, logits, values = joined
+                storage.keep_outputs(logits, values)
+                values = values.detach()
+            else:
+                actions, log_probs, values = joined
+            bootstrap = self.truncation_bootstrap(runner, step, next_state)
+            storage.insert(t, obs, starts, actions, values, step.rewards, step.dones, bootstrap, log_probs)
+        storage.finish(runner.obs, agent.value(runner.obs, runner.recurrent_state, runner.episode_starts))
