@@ -152,7 +152,7 @@ MODE_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
             help="instead of training, draw the curves of these runs (return, entropy, losses, explained "
             "variance, gradient norm against env steps) into one image (--out); given the JSON files "
             "of --eval --robustness, their agents' robustness curves; given those of --eval --json (one agent a "
-            "seed), the mean over the agents with its 95% bootstrap interval and IQM, and their scores",
+            "seed), the mean over the agents with its 95 percent bootstrap interval and IQM, and their scores",
         ),
     ),
     (
