@@ -176,8 +176,10 @@ def test_an_adr_run_logs_saves_and_resumes_its_ranges(tmp_path):
     resumed = torch.load(f"{run_dir}/a2c_last", weights_only=True)["adr"]["ranges"]
     for name, (low, high) in ranges.items():  # carried on, not started again from the default physics
         assert resumed[name][0] <= low and resumed[name][1] >= high
-    events = EventAccumulator(run_dir).Reload().Scalars("adr/gravity_high")
-    assert [e.step for e in events] == sorted({e.step for e in events})
+    # No step logged twice: the resumed run's curve goes on after the first's (the two event files may be
+    # read in either order, as their names sort by a per-process counter within one second).
+    steps = [e.step for e in EventAccumulator(run_dir).Reload().Scalars("adr/gravity_high")]
+    assert len(steps) == len(set(steps)) and max(steps) > 2048
 
 
 def test_a_specialist_trains_on_its_cell(tmp_path):
