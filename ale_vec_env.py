@@ -35,7 +35,30 @@ def frame_cap(game_cap: Optional[int], max_episode_frames: Optional[int]) -> Opt
     return min(caps) if caps else None
 
 
-class AleVecEnv(VecEnv):
+class CppVecEnv(VecEnv):
+    """The attribute interface of ``VecEnv`` for envs that live in C++ and expose nothing per env."""
+
+    render_mode = None  # nothing to render: the screens stay in C++
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        raise AttributeError(f"{type(self).__name__} has no per-env attributes to set")
+
+    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        raise AttributeError(f"{type(self).__name__} cannot call {method_name!r} on its C++ envs")
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        return [False] * len(self._get_indices(indices))
+
+    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
+        if indices is None:
+            return range(self.num_envs)
+        return [indices] if isinstance(indices, int) else list(indices)
+
+
+class AleVecEnv(CppVecEnv):
     """``num_envs`` copies of an Atari game from the gymnasium id ``env_name``; observations
     ``[N, n_stack, frame_size, frame_size]`` uint8 (84x84 by default).
 
@@ -45,8 +68,6 @@ class AleVecEnv(VecEnv):
     the id's cap, as on SB3's path, whose emulator keeps it under the time limit). Env i is seeded
     with ``seed + i`` at the first reset. ``num_threads=0`` lets ale-py choose (one per core).
     """
-
-    render_mode = None  # nothing to render: the screens stay in C++
 
     def __init__(
         self,
@@ -148,26 +169,8 @@ class AleVecEnv(VecEnv):
     def _starts(info: dict[str, np.ndarray]) -> np.ndarray:
         return info["frame_number"].astype(np.int64) - info["episode_frame_number"].astype(np.int64)
 
-    # The attribute interface of VecEnv: these envs live in C++ and expose nothing per env.
-    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return [getattr(self, attr_name)] * len(self._get_indices(indices))
 
-    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        raise AttributeError("AleVecEnv has no per-env attributes to set")
-
-    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
-        raise AttributeError(f"AleVecEnv cannot call {method_name!r} on its C++ envs")
-
-    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
-        return [False] * len(self._get_indices(indices))
-
-    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
-        if indices is None:
-            return range(self.num_envs)
-        return [indices] if isinstance(indices, int) else list(indices)
-
-
-class EnvGroups(VecEnv):
+class EnvGroups(CppVecEnv):
     """``groups`` vector envs of ``num_envs // groups`` games each, side by side as one vector env of
     ``num_envs``: ``make(n, first)`` builds the group of ``n`` games whose first is game ``first``.
     A collector can step the groups one by one (:meth:`send`, then :meth:`receive`): see overlap.py."""
@@ -202,20 +205,3 @@ class EnvGroups(VecEnv):
     def close(self) -> None:
         for group in self.groups:
             group.close()
-
-    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return [getattr(self.groups[0], attr_name)] * len(self._get_indices(indices))
-
-    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        raise AttributeError("EnvGroups has no per-env attributes to set")
-
-    def env_method(self, method_name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
-        raise AttributeError(f"EnvGroups cannot call {method_name!r} on its C++ envs")
-
-    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
-        return [False] * len(self._get_indices(indices))
-
-    def _get_indices(self, indices: VecEnvIndices) -> Sequence[int]:
-        if indices is None:
-            return range(self.num_envs)
-        return [indices] if isinstance(indices, int) else list(indices)

@@ -10,7 +10,6 @@ and its figure.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Sequence
@@ -18,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs import MACHADO_MAX_FRAMES, Protocol
-from utils import UsageError
+from utils import UsageError, read_json
 
 STICKINESS = (0.0, 0.05, 0.1, 0.25, 0.5)
 NOOP_MAXES = (0, 30)  # none, and the classic protocol's up to 30
@@ -108,9 +107,8 @@ def draw(results: Sequence[dict[str, Any]], labels: Sequence[str], path: str) ->
 def is_robustness_json(path: str) -> bool:
     """Whether ``path`` reads as the JSON of ``--eval --robustness`` (False where it cannot be read)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return isinstance(json.load(f).get("cells"), list)
-    except (OSError, ValueError, AttributeError):
+        return isinstance(read_json(path).get("cells"), list)
+    except (UsageError, AttributeError):
         return False
 
 
@@ -119,11 +117,7 @@ def plot_robustness(paths: list[str], out: str) -> int:
     each agent labelled with its file's name."""
     results = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        result = read_json(path)
         cells = result.get("cells") if isinstance(result, dict) else None
         if not cells or not all(isinstance(cell, dict) and "sticky_actions" in cell for cell in cells):
             raise UsageError(f"{path} is not the JSON of --eval --robustness (give run directories or only such files)")

@@ -19,13 +19,12 @@ It draws every game's score by agent, each agent's mean, and the overall mean wi
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Sequence
 
 import numpy as np
 
-from utils import UsageError
+from utils import UsageError, read_json
 
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
@@ -69,11 +68,7 @@ def summary(games: Sequence[Sequence[float]]) -> dict[str, Any]:
 
 
 def read(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    result = read_json(path)
     scores = result.get("scores") if isinstance(result, dict) else None
     if not scores or not all(isinstance(s, (int, float)) for s in scores):
         raise UsageError(f"{path} is not the JSON of --eval --json (it has no scores)")

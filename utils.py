@@ -1,11 +1,12 @@
-"""What every module shares for input and files: the error for bad input (:class:`UsageError`) and
-files written all or nothing (:func:`atomic_write`, :func:`probe_writable`).
+"""What every module shares for input and files: the error for bad input (:class:`UsageError`),
+files written all or nothing (:func:`atomic_write`, :func:`probe_writable`) and JSON read back (:func:`read_json`).
 
 Nothing here imports another module of this project.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import IO, Any, Callable
@@ -37,6 +38,15 @@ def atomic_write(path: str, write: Callable[[IO], Any], binary: bool = True) -> 
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
         raise
+
+
+def read_json(path: str) -> Any:
+    """The JSON of the file at ``path``; a one-line `UsageError` where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def probe_writable(directory: str) -> None:
