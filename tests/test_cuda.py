@@ -83,6 +83,8 @@ def test_a_run_resumes_across_devices(tmp_path, capsys):
         ["--icm"],
         ["--tf32"],
         ["--preset", "fast-cpu", "--conv-filters", "16"],
+        ["--compile"],
+        ["--env-groups", "2"],
     ],
 )
 def test_atari_options_train_on_the_gpu(tmp_path, capsys, flags):
