@@ -39,8 +39,9 @@ EXPLAINED_VARIANCE_TAG = "train/explained_variance"
 TAIL_FRACTION = 0.1  # explained variance is averaged over this last share of a run's env steps
 # What the study sets itself (with its option that does), and flags that would make a run no training
 # run: refused in a configuration.
-STUDY_OWNED = dict(env_name="--env-name", seed="--seeds", log_dir="--log-dir", num_updates="--steps")
-STUDY_OWNED["max_env_steps"] = "--steps"
+STUDY_OWNED = dict(
+    env_name="--env-name", seed="--seeds", log_dir="--log-dir", num_updates="--steps", max_env_steps="--steps"
+)
 NOT_TRAINING = ("resume", "eval", "load", "plot", "out")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # usable as a directory name everywhere
 DONE_MARKER, RUN_FILE, LOG_FILE = "done", "run.json", "train.log"  # in a run's directory
