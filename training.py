@@ -44,11 +44,7 @@ def train(config: Config, resume: Optional[str] = None, checkpoint: Optional[dic
     """
     context = distributed.context_from_environment()
     algo = algorithm(config.algo)
-    collector = algo.collector
-    if config.speed.env_groups > 1:  # a speed setting: the envs step while the network acts for the next group
-        if collector is not RolloutCollector:
-            raise UsageError(f"--env-groups overlaps the steps of rollouts; --algo {config.algo} collects otherwise")
-        collector = OverlappedRolloutCollector
+    collector = collector_for(config)
     if context.world_size > 1 and not algo.data_parallel:
         raise UsageError(f"--algo {config.algo} trains in one process for now: start it with python, not torchrun")
     if context.world_size > 1 and config.randomize_domain == "adr":
@@ -340,6 +336,17 @@ def describe_world(config: Config, context: Any, device: Any, checkpoint: Option
             f"and goes on with {total_envs}"
         )
     return line
+
+
+def collector_for(config: Config) -> type:
+    """What gathers the batches of a run of ``config``: its algorithm's collector, or with ``--env-groups``
+    (a speed setting) the rollouts collected with the envs' steps overlapped (overlap.py)."""
+    collector = algorithm(config.algo).collector
+    if config.speed.env_groups > 1:
+        if collector is not RolloutCollector:
+            raise UsageError(f"--env-groups overlaps the steps of rollouts; --algo {config.algo} collects otherwise")
+        return OverlappedRolloutCollector
+    return collector
 
 
 def reproducible_line(device: Any, config: Config, world_size: int = 1) -> str:

@@ -240,10 +240,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     bad = [name for name in names + specialists if not NAME_PATTERN.fullmatch(name)]
     if bad:
         p.error(f"not a configuration name: {bad[0]!r}")
-    if baseline is not None and baseline not in names:
-        p.error(f"--baseline: {baseline} is not one of --configs ({' '.join(names)})")
-    if baseline is not None and len(names) < 2:
-        p.error(f"--baseline: --configs names no configuration to compare with {baseline}")
+    if baseline is not None and (baseline not in names or len(names) < 2):
+        p.error(f"--baseline: {baseline} is not one of --configs ({' '.join(names)}) beside another to compare with")
     runs_of = {name: grid_run_dirs(args.log_dir, name) for name in dict.fromkeys(names + specialists)}
     for name, runs in runs_of.items():
         if not runs:

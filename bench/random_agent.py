@@ -15,6 +15,7 @@ import numpy as np
 from bench import positive
 from envs import VEC_ENV_CHOICES, make_vec_env
 from evaluate import EvalResult, episode_shares
+from utils import UsageError
 
 
 def random_actions(space: gym.Space, rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
@@ -47,7 +48,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     path = "env path (SB3's wrappers press FIRE after every lost life; on ale the agent must)"
     p.add_argument("--vec-env", choices=VEC_ENV_CHOICES, default="ale", help=path)
     args = p.parse_args(argv)
-    envs = make_vec_env(args.env_name, args.num_envs, seed=args.seed, vec_env=args.vec_env)
+    try:
+        envs = make_vec_env(args.env_name, args.num_envs, seed=args.seed, vec_env=args.vec_env)
+    except UsageError as exc:
+        p.error(str(exc))
     try:
         result = play_random(envs, args.episodes, np.random.default_rng(args.seed))
     finally:

@@ -13,12 +13,14 @@ only the training loop is timed. Only ratios measured in one run compare.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shlex
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -30,12 +32,14 @@ import recipes
 from algorithms import make_agent
 from bench import positive
 from bench.random_agent import random_actions
+from callbacks import Callback
 from capture import compile_network
 from config import Config, with_settings
 from envs import VEC_ENV_CHOICES, action_size, check_env_id, is_atari, make_vec_env, wrapper_skips_frames
 from perf import keep_freed_memory
 from runner import Runner
 from seeds import seed_everything
+from training import collector_for
 from utils import UsageError
 
 RECURRENT, FEEDFORWARD, SB3 = "ours recurrent", "ours feed-forward (nature)", "sb3"
@@ -85,7 +89,8 @@ def train_ours(
         keep_freed_memory()
     seed_everything(config.seed)
     frames = dict(max_episode_frames=config.max_episode_frames, frame_size=config.frame_size)
-    envs = make_vec_env(env_name, config.num_envs, config.n_stack, config.seed, config.vec_env, **frames)
+    groups = 1 if envs_only else config.speed.env_groups
+    envs = make_vec_env(env_name, config.num_envs, config.n_stack, config.seed, config.vec_env, **frames, groups=groups)
     try:
         if envs_only:
             vector_steps = -(-steps // config.num_envs)
@@ -100,11 +105,24 @@ def train_ours(
         if config.speed.compile:
             compile_network(agent.model)
         with tempfile.TemporaryDirectory(prefix="bench-ours-") as run_dir:
-            runner = Runner(agent, envs, config, run_dir)
-            tic = time.perf_counter()
-            return runner.train().step, time.perf_counter() - tic
+            runner, start = Runner(agent, envs, config, run_dir, collector=collector_for(config)), Start()
+            if config.speed.compile and config.num_updates > 1:  # timed after the first update, which compiles
+                runner.callbacks.append(start)
+            steps = runner.train().step
+            return steps - start.step, time.perf_counter() - start.tic
     finally:
         envs.close()
+
+
+class Start(Callback):
+    """Where a timed run starts, its clock and env steps; as a callback, at the end of its first update."""
+
+    def __init__(self) -> None:
+        self.step, self.tic = 0, time.perf_counter()
+
+    def on_update_end(self, runner: Runner, batch: Any) -> None:
+        if runner.state.update == 1:
+            self.step, self.tic = runner.state.step, time.perf_counter()
 
 
 def zoo_settings(env_name: str) -> dict[str, Any]:
@@ -193,9 +211,6 @@ def run_alternating(
     trainers: dict[str, tuple[Callable, dict]], steps: int, repeats: int, warmup_steps: int, threads: int = 0
 ) -> dict[str, Trials]:
     """Every trainer in turn for ``repeats`` rounds after an untimed one of ``warmup_steps``, each run spawned anew."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     width = max(map(len, trainers))
     results = {name: Trials(name) for name in trainers}
     fresh = dict(mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)  # a process a run
@@ -220,7 +235,8 @@ def run_alternating(
 
 def preset_envs(trainer: str) -> str:
     """The env-only row of a preset's envs, the same for the preset's twins."""
-    return f"{ENV_ONLY} (--preset {trainer.removeprefix(PRESET).removesuffix(GROUPED).removesuffix(COMPILED).removesuffix(BF16)})"
+    name = trainer.removeprefix(PRESET).removesuffix(GROUPED).removesuffix(COMPILED).removesuffix(BF16)
+    return f"{ENV_ONLY} (--preset {name})"
 
 
 def comparisons(results: dict[str, Trials], ablated: Sequence[str] = ()) -> dict[tuple[str, str], float]:
@@ -260,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     preset = "also what python main.py --preset NAME [FLAGS] trains (a game)"
     p.add_argument("--preset", action="append", default=[], metavar="'NAME [FLAGS]'", help=preset)
     p.add_argument("--bf16", action="store_true", help="also each of ours with its encoder in bfloat16 (a game)")
-    p.add_argument("--compile", action="store_true", help="also each of ours with main.py's --compile (a game)")
+    compiled = "also each of ours with main.py's --compile, timed after its first update (a game)"
+    p.add_argument("--compile", action="store_true", help=compiled)
     groups = "also each of ours with main.py's --env-groups 2, its steps overlapped with the network (a game)"
     p.add_argument("--env-groups", action="store_true", help=groups)
     ablation = "also the recurrent default without each speed switch, then without all (a game)"

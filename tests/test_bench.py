@@ -279,3 +279,16 @@ def test_a_compiled_twin_trains_its_network_compiled_as_main_py_does(monkeypatch
     flags = bench.ours("feedforward", COMPILED)
     assert bench.train_ours(10, PONG, 2, flags[FEEDFORWARD])[0] == 10 and not compiled
     assert bench.train_ours(10, PONG, 2, flags[FEEDFORWARD + COMPILED])[0] == 10 and len(compiled) == 1
+    # Three updates of 10 env steps compiled: the first, which compiles, is left out of the timed steps.
+    assert bench.train_ours(30, PONG, 2, flags[FEEDFORWARD + COMPILED])[0] == 20 and len(compiled) == 2
+    assert bench.train_ours(30, PONG, 2, flags[FEEDFORWARD])[0] == 30
+
+
+def test_a_grouped_twin_trains_with_its_steps_overlapped(monkeypatch):
+    from overlap import OverlappedRolloutCollector
+
+    collected = []
+    monkeypatch.setattr(OverlappedRolloutCollector, "collect_steps", lambda self, runner: collected.append(runner.envs))
+    monkeypatch.setattr(bench.Runner, "learn", lambda self, batch: {"skipped": True})  # the rollout is all it needs
+    assert bench.train_ours(20, PONG, 4, bench.ours("feedforward", GROUPED)[FEEDFORWARD + GROUPED])[0] == 0
+    assert len(collected) == 1 and len(collected[0].groups) == 2  # two groups of two games

@@ -136,14 +136,16 @@ def test_the_throughput_piece_times_each_of_ours_plain_compiled_and_grouped_agai
     ours = [tp.RECURRENT, tp.FEEDFORWARD] + ([tp.FEEDFORWARD + tp.BF16] if bf16 else [])
     for (trainers, steps), num_envs in zip(timed, (16, 64)):
         grouped = [tp.RECURRENT + tp.GROUPED, tp.FEEDFORWARD + tp.GROUPED]  # the two configurations, overlapped
-        assert list(trainers) == [*ours, *(name + tp.COMPILED for name in ours), *grouped, tp.SB3]
+        compiled = [tp.RECURRENT + tp.COMPILED, tp.FEEDFORWARD + tp.COMPILED]
+        assert list(trainers) == [*ours, *compiled, *grouped, tp.SB3]
         assert steps == 20_000 // (num_envs * 5) * num_envs * 5  # whole updates
         for name in ours:
             train, kwargs = trainers[name]
             assert train is tp.train_ours and kwargs == dict(
                 env_name=gpu.PONG, num_envs=num_envs, device="cuda", flags=kwargs["flags"]
             )
-            assert trainers[name + tp.COMPILED][1]["flags"] == [*kwargs["flags"], "--compile"]
+            if name + tp.COMPILED in trainers:
+                assert trainers[name + tp.COMPILED][1]["flags"] == [*kwargs["flags"], "--compile"]
             if name + tp.GROUPED in trainers:
                 assert trainers[name + tp.GROUPED][1]["flags"] == [*kwargs["flags"], "--env-groups", "2"]
         assert trainers[tp.SB3] == (tp.train_sb3, dict(env_name=gpu.PONG, num_envs=num_envs, device="cuda"))
@@ -154,7 +156,7 @@ def test_the_throughput_piece_times_each_of_ours_plain_compiled_and_grouped_agai
     assert ratios[tp.RECURRENT + tp.COMPILED] == {tp.SB3: 4.5, tp.RECURRENT: 1.5}  # the lever on against off
     assert ratios[tp.FEEDFORWARD + tp.GROUPED] == {tp.SB3: 2.0, tp.FEEDFORWARD: 0.5}
     if bf16:
-        assert ratios[tp.FEEDFORWARD + tp.BF16 + tp.COMPILED] == {tp.SB3: 7.5, tp.FEEDFORWARD + tp.BF16: 1.5}
+        assert ratios[tp.FEEDFORWARD + tp.BF16] == {tp.SB3: 5.0, tp.FEEDFORWARD: 1.25}
     md = (tmp_path / "gpu.md").read_text()
     assert f"| throughput | 16 / ratios / {tp.FEEDFORWARD + tp.COMPILED} / {tp.FEEDFORWARD} | 1.50 |" in md
 

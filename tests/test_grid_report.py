@@ -365,8 +365,14 @@ def cartpole_study(cartpole_runs, tmp_path, monkeypatch) -> str:
     [
         (["--configs", "nothing"], "no runs of nothing in --log-dir"),
         (["--configs", "../up"], "not a configuration name: '../up'"),
-        (["--configs", "plain", "dr", "--baseline", "spec"], "--baseline: spec is not one of --configs (plain dr)"),
-        (["--configs", "plain", "--baseline", "plain"], "--baseline: --configs names no configuration to compare with"),
+        (
+            ["--configs", "plain", "dr", "--baseline", "spec"],
+            "--baseline: spec is not one of --configs (plain dr) beside another",
+        ),
+        (
+            ["--configs", "plain", "--baseline", "plain"],
+            "--baseline: plain is not one of --configs (plain) beside another",
+        ),
         (["--configs", "plain", "--specialists", "plain"], "--specialists: plain: trained on the default physics"),
         (["--configs", "plain", "--specialists", "off"], "gravity=6,length=0.25 is not a cell of the CartPole-v1 grid"),
         (["--configs", "plain", "--episodes-default", "0"], "expected a positive integer, got '0'"),
