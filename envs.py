@@ -1,7 +1,12 @@
-"""The env factory (:func:`make_vec_env`). Atari games become frame-stacked, channel-first, uint8
-vector envs: ale-py's C++ vector env (the default, ``vec_env="ale"``: see ``ale_vec_env.py``) or
-stable-baselines3's Atari wrappers, with the same preprocessing. Other gymnasium envs with flat
-vector observations run in gymnasium's own vector envs (``gym_vec_env.py``).
+"""The env factory of training and evaluation (:func:`make_vec_env`, :func:`make_eval_envs`), which
+hands each id to its env family (``families.py``; :func:`family_of`). The two built-in families are
+registered at the end of this module:
+
+* ``atari``: games become frame-stacked, channel-first, uint8 vector envs: ale-py's C++ vector env
+  (the default, ``vec_env="ale"``: see ``ale_vec_env.py``) or stable-baselines3's Atari wrappers,
+  with the same preprocessing; evaluated under the ``classic`` or ``machado`` protocol;
+* ``vector``: other gymnasium envs with flat vector observations, in gymnasium's own vector envs
+  (``gym_vec_env.py``), with the RL Zoo's A2C settings as defaults (``VECTOR_DEFAULTS``, ``ENV_DEFAULTS``).
 
 SB3's wrapper order per env, from the emulator out::
 
