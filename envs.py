@@ -302,42 +302,17 @@ def _atari_envs(
     ):
         raise UsageError("per-env keyword arguments, physics and wrappers are for non-Atari envs")
     vec_env = {"sync": "dummy", "async": "subproc"}.get(vec_env, vec_env)
-    if groups != 1:
-        if vec_env != "ale":
-            raise UsageError(f"--env-groups splits ale-py's C++ vector env (--vec-env ale), not --vec-env {vec_env}")
-        if num_envs % groups:
-            raise UsageError(f"--env-groups {groups} must divide --num-envs {num_envs} into groups of one size")
-        return EnvGroups(
-            lambda n, first: _atari_envs(
-                env_name,
-                n,
-                n_stack,
-                seed + first,
-                vec_env,
-                max_episode_frames,
-                env_kwargs,
-                randomize=randomize,
-                physics=physics,
-                wrap=wrap,
-                frame_size=frame_size,
-                adr=adr,
-                observation_window=observation_window,
-                sticky_actions=sticky_actions,
-                groups=1,
-            ),
-            num_envs,
-            groups,
-        )
+    if groups != 1 and vec_env != "ale":
+        raise UsageError(f"--env-groups splits ale-py's C++ vector env (--vec-env ale), not --vec-env {vec_env}")
+    if groups != 1 and num_envs % groups:
+        raise UsageError(f"--env-groups {groups} must divide --num-envs {num_envs} into groups of one size")
     if vec_env == "ale":
-        return AleVecEnv(
-            env_name,
-            num_envs,
-            n_stack,
-            seed,
-            max_episode_frames,
-            frame_size=frame_size,
-            repeat_action_probability=sticky_actions,
-        )
+
+        def games(n: int, first: int = 0) -> AleVecEnv:  # n games, the first seeded as game `first`
+            settings = dict(frame_size=frame_size, repeat_action_probability=sticky_actions)
+            return AleVecEnv(env_name, n, n_stack, seed + first, max_episode_frames, **settings)
+
+        return games(num_envs) if groups == 1 else EnvGroups(games, num_envs, groups)
     env_kwargs = wrapper_skips_frames(env_name)
     if sticky_actions is not None:
         env_kwargs["repeat_action_probability"] = sticky_actions

@@ -16,36 +16,31 @@ from __future__ import annotations
 
 import torch
 
-from runner import RolloutCollector, Runner
+from model import State
+from runner import EnvStep, RolloutCollector, Runner
 
 
 class OverlappedRolloutCollector(RolloutCollector):
     """A2C's rollouts (:class:`runner.RolloutCollector`) collected with the groups' steps overlapped
     with the network's passes: the same storage, bootstrap and batch."""
 
-    def collect_steps(self, runner: Runner) -> None:
-        agent, storage, envs = runner.agent, self.storage, runner.envs
+    def act_and_step(self, runner: Runner, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State, EnvStep]:
+        agent, envs = runner.agent, runner.envs
+        obs, starts, state = runner.obs, runner.episode_starts, runner.recurrent_state
         keep_graph = runner.config.speed.keep_graph
-        for t in range(storage.rollout_size):
-            obs, starts, state = runner.obs, runner.episode_starts, runner.recurrent_state
-            parts = []
-            for g, part in enumerate(envs.slices):
-                own_state = tuple(s[part] for s in state)
-                if keep_graph:
-                    out = agent.act_with_graph(obs[part], own_state, starts[part])
-                else:
-                    out = agent.act(obs[part], own_state, starts[part])
-                envs.send(g, out[0].cpu().numpy())  # group g steps while the network acts for the next group
-                parts.append(out)
-            joined = [torch.cat([p[k] for p in parts]) for k in range(len(parts[0]) - 1)]
-            next_state = tuple(torch.cat([p[-1][k] for p in parts]) for k in range(len(state)))
-            step = runner.took_step(*envs.receive(), next_state, t)
-            if keep_graph:
-                actions, log_probs, logits, values = joined
-                storage.keep_outputs(logits, values)
-                values = values.detach()
-            else:
-                actions, log_probs, values = joined
-            bootstrap = self.truncation_bootstrap(runner, step, next_state)
-            storage.insert(t, obs, starts, actions, values, step.rewards, step.dones, bootstrap, log_probs)
-        storage.finish(runner.obs, agent.value(runner.obs, runner.recurrent_state, runner.episode_starts))
+        act = agent.act_with_graph if keep_graph else agent.act
+        parts = []
+        for g, part in enumerate(envs.slices):
+            out = act(obs[part], tuple(s[part] for s in state), starts[part])
+            envs.send(g, out[0].cpu().numpy())  # group g steps while the network acts for the next group
+            parts.append(out)
+        joined = [torch.cat([p[k] for p in parts]) for k in range(len(parts[0]) - 1)]
+        next_state = tuple(torch.cat([p[-1][k] for p in parts]) for k in range(len(state)))
+        step = runner.took_step(*envs.receive(), next_state, t)
+        if keep_graph:
+            actions, log_probs, logits, values = joined
+            self.storage.keep_outputs(logits, values)
+            values = values.detach()
+        else:
+            actions, log_probs, values = joined
+        return actions, log_probs, values, next_state, step

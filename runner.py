@@ -361,18 +361,22 @@ class RolloutCollector:
         agent, storage = runner.agent, self.storage
         for t in range(storage.rollout_size):
             obs, starts = runner.obs, runner.episode_starts
-            if runner.config.speed.keep_graph:  # a speed setting: the update will train through this forward pass
-                actions, log_probs, logits, values, next_state = agent.act_with_graph(
-                    obs, runner.recurrent_state, starts
-                )
-                storage.keep_outputs(logits, values)
-                values = values.detach()
-            else:
-                actions, log_probs, values, next_state = agent.act(obs, runner.recurrent_state, starts)
-            step = runner.step(actions, next_state, t)
+            actions, log_probs, values, next_state, step = self.act_and_step(runner, t)
             bootstrap = self.truncation_bootstrap(runner, step, next_state)
             storage.insert(t, obs, starts, actions, values, step.rewards, step.dones, bootstrap, log_probs)
         storage.finish(runner.obs, agent.value(runner.obs, runner.recurrent_state, runner.episode_starts))
+
+    def act_and_step(self, runner: Runner, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State, EnvStep]:
+        """Step ``t``: the agent acts for every env from the live step, and the envs take the actions;
+        the actions, their log-probabilities, the values (detached), the next state and the envs' step."""
+        agent, obs, starts = runner.agent, runner.obs, runner.episode_starts
+        if runner.config.speed.keep_graph:  # a speed setting: the update will train through this forward pass
+            actions, log_probs, logits, values, next_state = agent.act_with_graph(obs, runner.recurrent_state, starts)
+            self.storage.keep_outputs(logits, values)
+            values = values.detach()
+        else:
+            actions, log_probs, values, next_state = agent.act(obs, runner.recurrent_state, starts)
+        return actions, log_probs, values, next_state, runner.step(actions, next_state, t)
 
     @staticmethod
     def truncation_bootstrap(runner: Runner, step: EnvStep, next_state: State) -> Optional[torch.Tensor]:
