@@ -27,8 +27,7 @@ class OverlappedRolloutCollector(RolloutCollector):
     def act_and_step(self, runner: Runner, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State, EnvStep]:
         agent, envs = runner.agent, runner.envs
         obs, starts, state = runner.obs, runner.episode_starts, runner.recurrent_state
-        keep_graph = runner.config.speed.keep_graph
-        act = agent.act_with_graph if keep_graph else agent.act
+        act = agent.act_with_graph if runner.config.speed.keep_graph else agent.act
         parts = []
         for g, part in enumerate(envs.slices):
             out = act(obs[part], tuple(s[part] for s in state), starts[part])
@@ -36,11 +35,5 @@ class OverlappedRolloutCollector(RolloutCollector):
             parts.append(out)
         joined = [torch.cat([p[k] for p in parts]) for k in range(len(parts[0]) - 1)]
         next_state = tuple(torch.cat([p[-1][k] for p in parts]) for k in range(len(state)))
-        step = runner.took_step(*envs.receive(), next_state, t)
-        if keep_graph:
-            actions, log_probs, logits, values = joined
-            self.storage.keep_outputs(logits, values)
-            values = values.detach()
-        else:
-            actions, log_probs, values = joined
-        return actions, log_probs, values, next_state, step
+        actions, log_probs, values = self.kept(runner, joined)
+        return actions, log_probs, values, next_state, runner.took_step(*envs.receive(), next_state, t)

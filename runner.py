@@ -369,14 +369,21 @@ class RolloutCollector:
     def act_and_step(self, runner: Runner, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State, EnvStep]:
         """Step ``t``: the agent acts for every env from the live step, and the envs take the actions;
         the actions, their log-probabilities, the values (detached), the next state and the envs' step."""
-        agent, obs, starts = runner.agent, runner.obs, runner.episode_starts
-        if runner.config.speed.keep_graph:  # a speed setting: the update will train through this forward pass
-            actions, log_probs, logits, values, next_state = agent.act_with_graph(obs, runner.recurrent_state, starts)
-            self.storage.keep_outputs(logits, values)
-            values = values.detach()
-        else:
-            actions, log_probs, values, next_state = agent.act(obs, runner.recurrent_state, starts)
+        agent, keep_graph = runner.agent, runner.config.speed.keep_graph
+        act = agent.act_with_graph if keep_graph else agent.act
+        *outputs, next_state = act(runner.obs, runner.recurrent_state, runner.episode_starts)
+        actions, log_probs, values = self.kept(runner, outputs)
         return actions, log_probs, values, next_state, runner.step(actions, next_state, t)
+
+    def kept(self, runner: Runner, outputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The acting pass's actions, log-probabilities and values (detached). With ``--keep-graph``, a speed
+        setting, the pass also gave its logits, and the update will train through them and the values."""
+        if not runner.config.speed.keep_graph:
+            actions, log_probs, values = outputs
+            return actions, log_probs, values
+        actions, log_probs, logits, values = outputs
+        self.storage.keep_outputs(logits, values)
+        return actions, log_probs, values.detach()
 
     @staticmethod
     def truncation_bootstrap(runner: Runner, step: EnvStep, next_state: State) -> Optional[torch.Tensor]:
