@@ -3,7 +3,7 @@
     python -m bench.gpu env          # torch, CUDA, cuDNN, GPU, bf16, CPUs, library versions, git commit
     python -m bench.gpu smoke        # python -m pytest -m cuda: the tests marked cuda
     python -m bench.gpu throughput   # Pong at --envs: ours (recurrent, fast, fast bf16), compiled, grouped, vs SB3
-    python -m bench.gpu pong         # a timed Pong run of the fast configuration, to a mean-100 of 18, then 20
+    python -m bench.gpu pong         # a timed Pong run of --preset fast-gpu, to a mean-100 of 18, then 20
     python -m bench.gpu all          # the four in order
 
 Each piece merges its results and its command into OUT_DIR/gpu.json and rewrites OUT_DIR/gpu.md.
@@ -31,9 +31,8 @@ import torch
 from bench import ROOT, markdown_table, positive, study, write_report
 from bench import throughput as tp
 
-PONG, PONG_TARGETS, PONG_BUDGET = "PongNoFrameskip-v4", (18.0, 20.0), 10_000_000
-# The fast configuration with torch's threads, for as many updates as env steps: --max-env-steps stops it.
-PONG_FLAGS = ["--arch", "nature", "--no-recurrent", "--cuda", "--threads", "0", "--max-env-steps", str(PONG_BUDGET)]
+PONG, PONG_TARGETS, PONG_BUDGET = "PongNoFrameskip-v4", (18.0, 20.0), 2_000_000
+PONG_FLAGS = ["--preset", "fast-gpu", "--cuda", "--threads", "0"]  # the preset over its own 2M env steps
 THROUGHPUT_STEPS = 20_000  # env steps of each timed run, rounded down to whole updates
 
 
@@ -203,7 +202,7 @@ def piece_pong(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """One segment of the Pong run, trained as a study trains a run (``bench.study``), until the minutes are up."""
     require_cuda("pong")
     root = os.path.abspath(os.path.join(args.out_dir, "pong_runs"))  # main.py runs in the repository root
-    run = study.Run("pong", 42, PONG_FLAGS, PONG_BUDGET, root)
+    run = study.Run("pong", 42, PONG_FLAGS, study.budget(PONG_BUDGET, PONG_FLAGS, PONG)[0], root)
     state: dict[str, Any] = load(args.out_dir).get("pong") or {"segments": []}
     for seg in state["segments"]:  # a piece killed before it closed its segment: closed at the run's last event
         if seg.get("end") is None:

@@ -90,18 +90,33 @@ def preset_config(*argv: str) -> Config:
     return recipes.with_env_defaults(config, typed)
 
 
-def test_a_preset_sets_its_settings_under_the_typed_flags():
+@pytest.mark.parametrize("preset_name", ["fast-cpu", "fast-gpu"])
+def test_a_preset_sets_its_settings_under_the_typed_flags(preset_name):
     plain = preset_config("--env-name", "PongNoFrameskip-v4")
-    fast = preset_config("--env-name", "PongNoFrameskip-v4", "--preset", "fast-cpu")
-    preset = recipes.PRESETS["fast-cpu"]
-    assert fast.preset == "fast-cpu" and plain.preset == ""
+    fast = preset_config("--env-name", "PongNoFrameskip-v4", "--preset", preset_name)
+    preset = recipes.PRESETS[preset_name]
+    assert fast.preset == preset_name and plain.preset == ""
     for name, value in preset.items():
         assert cli.get_setting(fast, name) == value
     # Every setting the preset leaves alone is the default's.
     changed = {name for name in cli.setting_names() if cli.get_setting(fast, name) != cli.get_setting(plain, name)}
     assert changed == {"preset", *preset}
     # A typed flag wins over the preset.
-    assert preset_config("--preset", "fast-cpu", "--frame-size", "84").frame_size == 84
+    assert preset_config("--preset", preset_name, "--frame-size", "84").frame_size == 84
+    # Both presets plan 2M env steps (to within one update), the budget their screens measured.
+    assert 0 <= fast.num_updates * fast.steps_per_update - 2_000_000 < fast.steps_per_update
+
+
+def test_the_gpu_preset_is_the_cpu_presets_schedule_at_64_envs():
+    cpu, gpu = recipes.PRESETS["fast-cpu"], recipes.PRESETS["fast-gpu"]
+    changed = {name for name in gpu if gpu[name] != cpu.get(name)}
+    assert changed == {"num_envs", "lr", "optimizer", "num_updates", "lr_decay_start", "entropy_decay_start"}
+    config = preset_config("--preset", "fast-gpu")
+    assert (config.num_envs, config.rollout_size, config.optimizer) == (64, 5, "rmsprop-debiased")
+    # A quarter of the updates over the same 2M env steps, at the rate scaled with the batch (7e-4 at 16 envs).
+    assert config.num_updates == recipes.PRESETS["fast-cpu"]["num_updates"] // 4
+    assert config.lr == pytest.approx(4 * Config.lr)
+    assert config.lr_decay_start == config.entropy_decay_start < recipes.PRESETS["fast-cpu"]["lr_decay_start"]
 
 
 def test_a_typed_constant_rate_drops_the_presets_decay_shape():
@@ -158,7 +173,7 @@ def test_conv_filters_train_resume_and_play_at_the_checkpoints_width(tmp_path):
             ["--preset", "fast-cpu", "--env-name", "CartPole-v1"],
             "--preset fast-cpu is for Atari games, not CartPole-v1",
         ),
-        (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu')"),
+        (["--preset", "fast"], "--preset: invalid choice: 'fast' (choose from 'fast-cpu', 'fast-gpu')"),
         (["--frame-size", "20"], "--frame-size must be from 36 (the smallest frame the Nature CNN takes) to 210"),
         (["--frame-size", "0"], "--frame-size: expected a positive integer, got '0'"),
         (["--frame-size", "42", "--env-name", "LunarLander-v3"], "--frame-size is the size of an Atari frame"),

@@ -10,7 +10,9 @@ import os
 import pytest
 import torch
 
-from bench import gpu
+import main
+import recipes
+from bench import gpu, study
 from bench import throughput as tp
 
 ENV_KEYS = {
@@ -227,3 +229,11 @@ def test_the_pong_piece_trains_resumes_and_adds_up_its_segments(tmp_path, monkey
     assert len(list((tmp_path / "pong_runs").glob("PongNoFrameskip-v4_*"))) == 1  # one run, resumed
     assert gpu.main(["pong", "--out-dir", str(tmp_path)]) == 0
     assert "this run is done" in capsys.readouterr().out
+
+
+def test_the_pong_piece_trains_the_gpu_preset_over_the_steps_it_was_screened_for():
+    config, _, typed = main.parse_args(["--env-name", gpu.PONG, *gpu.PONG_FLAGS])
+    settings = recipes.with_env_defaults(config, typed)
+    assert settings.preset == "fast-gpu" and settings.cuda
+    assert study.budget(gpu.PONG_BUDGET, gpu.PONG_FLAGS, gpu.PONG)[0] == settings.num_updates  # its decays end there
+    assert 0 <= settings.num_updates * settings.steps_per_update - gpu.PONG_BUDGET < settings.steps_per_update
