@@ -38,24 +38,23 @@ VEC_ENVS = ("ale", "dummy", "subproc", "sync", "async")  # --vec-env
 # square average bias-corrected (torch's first step, ten times the rate, took the policy's entropy near 0
 # at this rate), and the decays begun at 60% of the run, where most of the climb to 18 happens.
 # Its screen: docs/speed.md#the-fast-gpu-preset.
+FAST_CPU: dict[str, Any] = {
+    "frame_size": 64,
+    "num_updates": 25_000,
+    "lr_schedule": "linear",
+    "lr_decay_start": 0.75,
+    "entropy_schedule": "linear",
+    "entropy_decay_start": 0.75,
+}
 PRESETS: dict[str, dict[str, Any]] = {
-    "fast-cpu": {
-        "frame_size": 64,
-        "num_updates": 25_000,
-        "lr_schedule": "linear",
-        "lr_decay_start": 0.75,
-        "entropy_schedule": "linear",
-        "entropy_decay_start": 0.75,
-    },
+    "fast-cpu": FAST_CPU,
     "fast-gpu": {
-        "frame_size": 64,
+        **FAST_CPU,
         "num_envs": 64,
+        "num_updates": FAST_CPU["num_updates"] // 4,  # the same 2M env steps
         "lr": 2.8e-3,
         "optimizer": "rmsprop-debiased",
-        "num_updates": 6_250,
-        "lr_schedule": "linear",
         "lr_decay_start": 0.6,
-        "entropy_schedule": "linear",
         "entropy_decay_start": 0.6,
     },
 }
