@@ -1,10 +1,12 @@
 """Ship a trained agent: a checkpoint cut down to its weights, in float16 where every score of
 ``--episodes`` games (played in float16 and float32, the same seed) stays the same, else float32,
 with the record of those scores and of ``--check-episodes`` games that ``tests/test_agents.py``
-replays exactly. Play it with ``python main.py --eval --load agents/NAME``.
+replays exactly. It plays them under each evaluation protocol of its env family: ``classic`` gives
+the record's ``scores``, another (an Atari game's ``machado``) an entry of its own.
+Play it with ``python main.py --eval --load agents/NAME``.
 
-    python -m bench.ship_agent RUN/a2c_best_reward agents/pong --episodes 30 \\
-        --command "python main.py --env-name PongNoFrameskip-v4 --seed 42 --num-updates 62500"
+    python -m bench.ship_agent RUN/a2c_last agents/pong --episodes 30 \\
+        --command "python main.py --env-name ALE/Pong-v5 --preset fast-cpu --seed 1"
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import torch
 import main as cli
 from bench import positive
 from checkpoints import agent_file, atomic_save, load_checkpoint
+from envs import family_of
 from utils import UsageError
 
 
-def play(path: str, episodes: int, seed: int) -> list[float]:
+def play(path: str, episodes: int, seed: int, protocol: str = "classic") -> list[float]:
     """The raw scores of ``episodes`` games of the agent at ``path``, as ``main.py --eval`` plays them
-    (the classic protocol, sampled actions)."""
+    (under ``protocol``, sampled actions)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "scores.json")
         argv = ["--eval", "--load", path, "--episodes", str(episodes), "--seed", str(seed), "--json", out]
+        argv += ["--protocol", protocol]
         if cli.main([*argv, "--no-cuda", "--threads", "1"]) != 0:
             raise UsageError(f"could not play {path}")
         return [float(s) for s in json.loads(pathlib.Path(out).read_text())["scores"]]
@@ -40,23 +44,34 @@ def play(path: str, episodes: int, seed: int) -> list[float]:
 def ship(source: str, target: str, episodes: int, check_episodes: int, seed: int, command: str) -> dict[str, Any]:
     """Write the agent file ``target`` from checkpoint ``source``; its record."""
     checkpoint = load_checkpoint(source)
-    scores: dict[torch.dtype, list[float]] = {}
+    protocols = family_of(checkpoint["config"]["env_name"]).protocols  # classic first
+    scores: dict[tuple[torch.dtype, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in (torch.float32, torch.float16):
             path = os.path.join(tmp, str(dtype).removeprefix("torch."))
             atomic_save(agent_file(checkpoint, dtype), path)
-            scores[dtype] = play(path, episodes, seed)
-    dtype = torch.float16 if scores[torch.float16] == scores[torch.float32] else torch.float32
-    kept = scores[dtype]
+            for protocol in protocols:
+                scores[dtype, protocol] = play(path, episodes, seed, protocol)
+    same = all(scores[torch.float16, p] == scores[torch.float32, p] for p in protocols)
+    dtype = torch.float16 if same else torch.float32
+
+    def summary(protocol: str) -> dict[str, Any]:
+        kept = scores[dtype, protocol]
+        return {
+            "scores": kept,
+            "mean": statistics.fmean(kept),
+            "std": statistics.pstdev(kept),
+            "float32_mean": statistics.fmean(scores[torch.float32, protocol]),
+        }
+
     record = {
         "episodes": episodes,
         "seed": seed,
         "protocol": "classic",  # how tests/test_agents.py replays it
         "deterministic": False,
-        "scores": kept,
-        "mean": statistics.fmean(kept),
-        "std": statistics.pstdev(kept),
-        "float32_mean": statistics.fmean(scores[torch.float32]),
+        "protocols": list(protocols),
+        **summary("classic"),
+        **{protocol: summary(protocol) for protocol in protocols[1:]},
         "dtype": str(dtype).removeprefix("torch."),
         "env_steps": int(checkpoint["step"]),
         "source": os.path.basename(source),
@@ -83,10 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    others = "".join(f", {p} {record[p]['mean']:.2f} +- {record[p]['std']:.2f}" for p in record["protocols"][1:])
     print(
         f"{args.target}: {record['dtype']}, {os.path.getsize(args.target) / 1024:.0f} KiB, {record['env_steps']} "
         f"env steps; mean {record['mean']:.2f} +- {record['std']:.2f} over {record['episodes']} games "
-        f"(float32: {record['float32_mean']:.2f}); check {record['check']['scores']}"
+        f"(float32: {record['float32_mean']:.2f}){others}; check {record['check']['scores']}"
     )
     return 0
 

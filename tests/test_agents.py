@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from tiny_run import train as train_tiny
 
 import main as cli
 from agent import load_model
@@ -89,4 +90,27 @@ def test_an_agent_file_keeps_the_weights_and_plays_as_the_checkpoint(tmp_path):
     assert ship_agent.main([last, str(tmp_path / "shipped"), "--episodes", "2", "--check-episodes", "1"]) == 0
     record = torch.load(tmp_path / "shipped", weights_only=True)["record"]
     assert record["dtype"] in ("float16", "float32") and len(record["check"]["scores"]) == 1
+    assert record["protocols"] == ["classic"] and "machado" not in record  # a control env has one protocol
     assert ship_agent.main([str(tmp_path / "missing"), str(tmp_path / "x")]) == 2
+
+
+def test_an_atari_agent_is_shipped_with_its_scores_under_both_protocols(tmp_path):
+    from bench import ship_agent
+
+    # 1,200 emulator frames a game: a few points lost, so that the scores tell the games apart.
+    run = train_tiny(
+        tmp_path / "runs", "--env-name", "PongNoFrameskip-v4", "--num-updates", "2", "--max-episode-frames", "1200"
+    )
+    target = tmp_path / "pong"
+    assert (
+        ship_agent.main([os.path.join(run, "a2c_last"), str(target), "--episodes", "2", "--check-episodes", "1"]) == 0
+    )
+    record = torch.load(target, weights_only=True)["record"]
+    assert record["protocols"] == ["classic", "machado"] and record["protocol"] == "classic"
+    for protocol, entry in (("classic", record), ("machado", record["machado"])):
+        out = tmp_path / f"{protocol}.json"
+        argv = ["--eval", "--load", str(target), "--episodes", "2", "--seed", str(record["seed"])]
+        assert cli.main([*argv, "--protocol", protocol, "--json", str(out), "--no-cuda", "--threads", "1"]) == 0
+        assert json.loads(out.read_text())["scores"] == entry["scores"]  # what --eval plays under it
+        assert entry["mean"] == pytest.approx(sum(entry["scores"]) / 2) and len(entry["scores"]) == 2
+    assert min(record["scores"] + record["machado"]["scores"]) < 0  # real games, not empty ones
