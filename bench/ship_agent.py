@@ -1,12 +1,10 @@
-"""Ship a trained agent: a checkpoint cut down to its weights, in float16 where every score of
-``--episodes`` games (played in float16 and float32, the same seed) stays the same, else float32,
-with the record of those scores and of ``--check-episodes`` games that ``tests/test_agents.py``
-replays exactly. It plays them under each evaluation protocol of its env family: ``classic`` gives
-the record's ``scores``, another (an Atari game's ``machado``) an entry of its own.
-Play it with ``python main.py --eval --load agents/NAME``.
+"""Ship a trained agent: a checkpoint cut down to its weights, in float16 where every score of ``--episodes`` games
+(played in float16 and float32, the same seed) stays the same, else float32, with the record of those scores and of
+``--check-episodes`` games that ``tests/test_agents.py`` replays exactly. The games are played under each evaluation
+protocol of the agent's env family: ``classic`` gives the record's ``scores``, another (Atari's ``machado``) an entry
+of its own. Play it with ``python main.py --eval --load agents/NAME``.
 
-    python -m bench.ship_agent RUN/a2c_last agents/pong --episodes 30 \\
-        --command "python main.py --env-name ALE/Pong-v5 --preset fast-cpu --seed 1"
+    python -m bench.ship_agent RUN/a2c_last agents/pong --command "python main.py --env-name ALE/Pong-v5 --seed 1"
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
 import sys
 import tempfile
+from statistics import fmean, pstdev
 from typing import Any
 
 import torch
@@ -35,8 +33,7 @@ def play(path: str, episodes: int, seed: int, protocol: str = "classic") -> list
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "scores.json")
         argv = ["--eval", "--load", path, "--episodes", str(episodes), "--seed", str(seed), "--json", out]
-        argv += ["--protocol", protocol]
-        if cli.main([*argv, "--no-cuda", "--threads", "1"]) != 0:
+        if cli.main([*argv, "--protocol", protocol, "--no-cuda", "--threads", "1"]) != 0:
             raise UsageError(f"could not play {path}")
         return [float(s) for s in json.loads(pathlib.Path(out).read_text())["scores"]]
 
@@ -56,13 +53,8 @@ def ship(source: str, target: str, episodes: int, check_episodes: int, seed: int
     dtype = torch.float16 if same else torch.float32
 
     def summary(protocol: str) -> dict[str, Any]:
-        kept = scores[dtype, protocol]
-        return {
-            "scores": kept,
-            "mean": statistics.fmean(kept),
-            "std": statistics.pstdev(kept),
-            "float32_mean": statistics.fmean(scores[torch.float32, protocol]),
-        }
+        kept, float32 = scores[dtype, protocol], scores[torch.float32, protocol]
+        return {"scores": kept, "mean": fmean(kept), "std": pstdev(kept), "float32_mean": fmean(float32)}
 
     record = {
         "episodes": episodes,
