@@ -17,8 +17,7 @@ def positive(text: str, kind: type = int) -> float:
     except ValueError:
         value = 0
     if not 0 < value < math.inf:
-        what = "integer" if kind is int else "number"
-        raise argparse.ArgumentTypeError(f"expected a positive {what}, got '{text}'")
+        raise argparse.ArgumentTypeError(f"expected a positive {'integer' if kind is int else 'number'}, got '{text}'")
     return value
 
 

@@ -6,11 +6,10 @@
     python -m bench.gpu pong         # a timed Pong run of --preset fast-gpu, to a mean-100 of 18, then 20
     python -m bench.gpu all          # the four in order
 
-Each piece merges its results and its command into OUT_DIR/gpu.json and rewrites OUT_DIR/gpu.md.
-Without CUDA every piece but env refuses in one line, exit code 2. Throughput keeps each env count
-apart, so ``--envs 16`` then ``--envs 64`` split it; a compiled row is timed from the end of its
-first update, which compiles. Pong trains for ``--minutes``, stops the run with SIGTERM, and the next pong resumes
-it, its wall time added up, until 20 or 10M env steps.
+Each piece merges its results and its command into OUT_DIR/gpu.json and rewrites OUT_DIR/gpu.md. Without CUDA every
+piece but env refuses in one line, exit code 2. Throughput keeps each env count apart, so ``--envs 16`` then
+``--envs 64`` split it; a compiled row is timed from the end of its first update, which compiles. Pong trains for
+``--minutes``, stops the run with SIGTERM, and the next pong resumes it, its wall time added up, until 20 or 2M steps.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import json
 import os
 import pathlib
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -41,11 +41,9 @@ class BenchError(Exception):
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return "-" if value is None else f"{value:,}" if type(value) is int else str(value)  # a bool is no int here
 
 
 def figures(value: Any, path: str = "") -> list[tuple[str, Any]]:
@@ -143,7 +141,7 @@ def piece_throughput(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         for (name, other), ratio in tp.comparisons(trials).items():
             ratios.setdefault(name, {})[other] = round(ratio, 3)
         rates = {
-            name: {"steps_per_s": round(t.median_rate, 1), "rounds": [round(r, 1) for r in t.rates]}
+            name: {"steps_per_s": round(statistics.median(t.rates), 1), "rounds": [round(r, 1) for r in t.rates]}
             for name, t in trials.items()
         }
         cells[str(num_envs)] = {"steps": steps, "repeats": args.repeats, "trainers": rates, "ratios": ratios}

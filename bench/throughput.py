@@ -197,10 +197,6 @@ class Trials:
     def rates(self) -> list[float]:
         return [s / t for s, t in zip(self.steps, self.seconds)]
 
-    @property
-    def median_rate(self) -> float:
-        return statistics.median(self.rates)
-
 
 def timed(train: Callable[..., tuple[int, float]], common: dict[str, Any], flags: dict[str, list[str]]) -> dict:
     """Trainer name -> (``train``, its arguments: the ``common`` ones and that trainer's ``flags``)."""
@@ -211,8 +207,7 @@ def run_alternating(
     trainers: dict[str, tuple[Callable, dict]], steps: int, repeats: int, warmup_steps: int, threads: int = 0
 ) -> dict[str, Trials]:
     """Every trainer in turn for ``repeats`` rounds after an untimed one of ``warmup_steps``, each run spawned anew."""
-    width = max(map(len, trainers))
-    results = {name: Trials(name) for name in trainers}
+    width, results = max(map(len, trainers)), {name: Trials(name) for name in trainers}
     fresh = dict(mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)  # a process a run
     threads_set = dict(initializer=torch.set_num_threads, initargs=(threads,)) if threads else {}
     with ProcessPoolExecutor(max_workers=1, **fresh, **threads_set) as pool:
@@ -243,7 +238,7 @@ def comparisons(results: dict[str, Trials], ablated: Sequence[str] = ()) -> dict
     """``(trainer, other) -> trainer's median rate / other's``: each of ours against SB3 and against itself
     without the lever of its twin; the recurrent default against each ``ablated`` row; a preset against
     the fast configuration; each of ours against its envs alone (a share, below 1)."""
-    rate = {name: trials.median_rate for name, trials in results.items()}
+    rate = {name: statistics.median(trials.rates) for name, trials in results.items()}
     mine = [name for name in results if name.startswith("ours")]
     pairs = [(name, SB3) for name in mine] + [(name, name.removesuffix(suffix)) for name in mine for suffix in TWINS]
     pairs += [(RECURRENT, row) for row in ablated] + [(name, FEEDFORWARD) for name in mine if name.startswith(PRESET)]
@@ -254,11 +249,12 @@ def comparisons(results: dict[str, Trials], ablated: Sequence[str] = ()) -> dict
 def print_report(results: dict[str, Trials], ablated: Sequence[str] = ()) -> None:
     """The table of the rates, then the ``comparisons``, a share of the envs' rate as a percentage."""
     width = max(len("trainer"), *map(len, results))
+    rate = {name: statistics.median(t.rates) for name, t in results.items()}
     print(f"\n{'trainer':<{width}} {'steps':>7} {'steps/s (median)':>17}  steps/s of each round")
     for t in results.values():
-        print(f"{t.name:<{width}} {t.steps[0]:>7} {t.median_rate:>17.1f}  " + " ".join(f"{r:.1f}" for r in t.rates))
+        print(f"{t.name:<{width}} {t.steps[0]:>7} {rate[t.name]:>17.1f}  " + " ".join(f"{r:.1f}" for r in t.rates))
     for (a, b), value in comparisons(results, ablated).items():
-        share = f"{a}: {value:.0%} of the rate of {b} ({results[b].median_rate:,.0f} env steps/s)"
+        share = f"{a}: {value:.0%} of the rate of {b} ({rate[b]:,.0f} env steps/s)"
         print(share if b.startswith(ENV_ONLY) else f"{a} / {b}: {value:.2f}x", flush=True)
 
 
