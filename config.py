@@ -472,7 +472,7 @@ class Config:
         "a2c",
         "a2c: advantage actor-critic; ppo: A2C's rollouts and critic, trained with PPO's "
         "clipped objective over several epochs of minibatches; grpo: critic-free "
-        "group-relative policy optimization (ppo and grpo: vector-observation envs).",
+        "group-relative policy optimization (grpo: vector-observation envs).",
         metavar="NAME",
     )
     rollout_size: int = setting(

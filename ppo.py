@@ -242,7 +242,7 @@ class PPOAgent(RolloutAgent):
         return stats
 
 
-# --algo ppo (vector-observation envs) starts from SB3's PPO rather than from its env's A2C recipe:
+# --algo ppo on vector-observation envs starts from SB3's PPO rather than from its env's A2C recipe:
 # feed-forward, Adam at 3e-4, 8 envs x 256 steps (SB3's 2048 steps a rollout), GAE 0.95, no entropy
 # bonus, each minibatch's advantages standardized, 10 epochs of 32 minibatches (64 samples), 1M env
 # steps. The rollout is not kept with its graph (every minibatch runs its samples through the network
@@ -286,8 +286,40 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 SHORTEST_SEQUENCE = 16
 
 
+# --algo ppo on Atari games starts from the PPO paper's Atari settings (Schulman et al. 2017, table 5)
+# as CleanRL's ppo_atari runs them: the Nature CNN without memory, 8 envs x 128 steps, 4 epochs of 4
+# minibatches (256 samples), Adam at 2.5e-4 decayed linearly to 0 from the first update, clip 0.1,
+# GAE 0.95, value coefficient 0.5, entropy bonus 0.01, each minibatch's advantages standardized;
+# 10M env steps, as the A2C default.
+ATARI_DEFAULTS: dict[str, Any] = {
+    "recurrent": False,
+    "arch": "nature",
+    "num_envs": 8,
+    "rollout_size": 128,
+    "num_updates": 9_766,  # 9,766 x 8 x 128 = 10,000,384 env steps
+    "optimizer": "adam",
+    "lr": 2.5e-4,
+    "lr_schedule": "linear",
+    "lr_decay_start": 0.0,
+    "gae_lambda": 0.95,
+    "entropy_coeff": 0.01,
+    "normalize_advantages": True,
+    "clip.epochs": 4,
+    "clip.minibatches": 4,
+    "clip.eps": 0.1,
+    "speed.keep_graph": False,
+    "log_interval": 1,
+    "histogram_interval": 50,
+    "checkpoint_interval": 50,
+}
+
+
 def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
-    """PPO's defaults for ``env_name``: SB3's PPO and the Zoo's recipes, not the env family's A2C ones."""
+    """PPO's defaults for ``env_name``, not the env family's A2C ones: the PPO paper's for Atari
+    games; SB3's PPO and the Zoo's recipes for vector-observation envs (and for ``env_name`` "",
+    the vector family's defaults for an id of none)."""
+    if env_name and family_of(env_name).observes == "images":
+        return dict(ATARI_DEFAULTS)
     return {**DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
 
 
@@ -313,11 +345,12 @@ def fit(config: Config, typed: set[str]) -> dict[str, Any]:
 
 def check(config: Config) -> None:
     """Refuse, in one line, the settings that --algo ppo cannot train with."""
-    if family_of(config.env_name).observes == "images":
+    if config.preset:
         raise UsageError(
-            f"--algo ppo works on vector-observation envs (CartPole-v1, LunarLander-v3, ...) for now, "
-            f"not on {config.env_name}"
+            f"--preset {config.preset} is a recipe of A2C's; --algo ppo starts from the PPO paper's settings"
         )
+    if config.curiosity.enabled:
+        raise UsageError("--icm is A2C's curiosity module; --algo ppo trains without it")
     length = config.clip.sequence_length
     if length and not config.recurrent:
         raise UsageError(

@@ -243,6 +243,19 @@ def test_defaults_start_from_sb3s_ppo_and_the_zoos_lunarlander():
     assert lander["entropy_coeff"] == 1e-3 and lander["gamma"] == 0.999 and not lander["speed.keep_graph"]
 
 
+def test_atari_defaults_are_the_ppo_paper_s():
+    """Schulman et al. 2017's Atari settings (table 5, as CleanRL runs them), not A2C's recipe."""
+    atari = defaults_for("ALE/Pong-v5", algo="ppo")
+    assert (atari["num_envs"], atari["rollout_size"], atari["clip.epochs"], atari["clip.minibatches"]) == (8, 128, 4, 4)
+    assert atari["num_envs"] * atari["rollout_size"] // atari["clip.minibatches"] == 256  # samples a minibatch
+    assert atari["optimizer"] == "adam" and atari["lr"] == 2.5e-4 and atari["clip.eps"] == 0.1
+    assert atari["lr_schedule"] == "linear" and atari["lr_decay_start"] == 0.0  # annealed from the first update
+    assert atari["gae_lambda"] == 0.95 and atari["entropy_coeff"] == 0.01 and atari["normalize_advantages"]
+    assert atari["arch"] == "nature" and not atari["recurrent"] and not atari["speed.keep_graph"]
+    assert 10_000_000 <= atari["num_updates"] * 8 * 128 < 10_000_000 + 8 * 128  # 10M env steps, as A2C's default
+    assert defaults_for("PongNoFrameskip-v4", algo="ppo") == atari
+
+
 def test_a_recurrent_run_s_sequences_are_fitted_to_its_rollout_unless_typed():
     """Minibatches of whole sequences: a rollout's columns are cut so that every minibatch gets one
     (the longest such sequences, at least 16 steps), and typed settings stay as typed."""
@@ -374,10 +387,33 @@ def test_ppo_trains_continuous_and_recurrent_policies(tmp_path, env_name, flags)
     assert last["model_spec"]["recurrent"] is ("--recurrent" in flags)
 
 
+@pytest.mark.parametrize("flags", [[], ["--recurrent", "--arch", "universe"]])
+def test_ppo_trains_on_atari_frames_and_its_agent_plays(tmp_path, flags):
+    """On a game, PPO trains the Nature CNN without memory by default (or a recurrent network on
+    sequences), from uint8 frames stored in the rollout and run through the network again."""
+    argv = ["--env-name", "PongNoFrameskip-v4", "--algo", "ppo", "--num-envs", "2", "--rollout-size", "16"]
+    argv += ["--frame-size", "42", "--num-updates", "2", "--no-progress", "--no-cuda", "--threads", "1"]
+    assert cli.main([*argv, "--log-dir", str(tmp_path), *flags]) == 0
+    (run_dir,) = glob.glob(str(tmp_path / "PongNoFrameskip-v4_*"))
+    last = checkpoints.load_checkpoint(os.path.join(run_dir, "a2c_last"))
+    assert last["config"]["arch"] == ("universe" if flags else "nature")
+    assert last["model_spec"]["recurrent"] is bool(flags) and last["model_spec"]["obs_shape"] == [4, 42, 42]
+    assert last["step"] == 2 * 2 * 16
+    # 2 updates of 4 epochs; 4 minibatches of samples, or of the 2 envs' whole columns (fitted to 2).
+    minibatches = 2 if flags else 4
+    assert {float(s["step"]) for s in last["optimizer"]["state"].values()} == {2 * 4 * minibatches}
+    argv = ["--no-cuda", "--eval", "--load", os.path.join(run_dir, "a2c_last"), "--episodes", "1"]
+    assert cli.main([*argv, "--max-episode-frames", "200"]) == 0
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo"], "--algo ppo works on vector-observation envs"),
+        (
+            ["--env-name", "PongNoFrameskip-v4", "--algo", "ppo", "--preset", "fast-cpu"],
+            "--preset fast-cpu is a recipe of A2C's; --algo ppo starts from the PPO paper's settings",
+        ),
+        (["--env-name", "PongNoFrameskip-v4", "--algo", "ppo", "--icm"], "--icm is A2C's curiosity module"),
         ([*PPO, "--recurrent", "--minibatches", "8"], "--minibatches 8 is more than the 4 sequences of a rollout"),
         (
             [*PPO, "--recurrent", "--sequence-length", "4", "--minibatches", "17"],
