@@ -35,6 +35,7 @@ import ppo
 from agent import A2CAgent, Agent, build_network
 from checkpoints import load_checkpoint
 from config import Config, add_algorithm_block
+from families import EnvFamily
 from runner import RolloutCollector
 from utils import UsageError
 
@@ -43,9 +44,9 @@ def _anything(config: Config) -> None:
     """The check of an algorithm that trains whatever the env factory can make."""
 
 
-def _family(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
+def _family(env_name: str, family: EnvFamily) -> dict[str, Any]:
     """The defaults of an algorithm that trains with its env family's (``families.EnvFamily.defaults``)."""
-    return family
+    return family.defaults(env_name)
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,9 @@ class Algorithm:
     """Its own blocks of settings by name (``{"clip": ppo.Clipped}``), which every config holds."""
     shares: tuple[str, ...] = ()
     """Settings of other algorithms' blocks that it reads too (``config.setting_names``)."""
-    defaults: Callable[[str, dict[str, Any]], dict[str, Any]] = _family
-    """Its defaults for an env id, given that env family's (settings named as in ``setting_names``)."""
+    defaults: Callable[[str, EnvFamily], dict[str, Any]] = _family
+    """Its defaults for an env id of a family (settings named as in ``setting_names``), from that
+    family's (``EnvFamily.defaults``) or its own."""
     fit: Optional[Callable[[Config, set[str]], dict[str, Any]]] = None
     """Settings it derives from a new run's others (once the defaults and typed flags are in), where
     not typed; None: its defaults always fit together."""

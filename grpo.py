@@ -42,6 +42,7 @@ import torch
 from agent import Agent, agent_settings
 from config import Config, non_negative, non_negative_int, positive_int, setting
 from envs import family_of
+from families import EnvFamily
 from icm import masked_mean
 from model import ActorCritic
 from ppo import clipped_surrogate
@@ -416,9 +417,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
+def defaults(env_name: str, family: EnvFamily) -> dict[str, Any]:
     """GRPO's defaults for ``env_name``: its env family's, with GRPO's on top."""
-    return {**family, **DEFAULTS}
+    return {**family.defaults(env_name), **DEFAULTS}
 
 
 def check(config: Config) -> None:

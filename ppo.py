@@ -32,7 +32,7 @@ import torch
 
 from agent import RolloutAgent, rollout_settings, rollout_stats, standardized
 from config import Config, positive_float, positive_int, setting
-from envs import family_of
+from families import EnvFamily
 from icm import masked_mean
 from metrics import read_back
 from model import ActorCritic
@@ -314,11 +314,10 @@ ATARI_DEFAULTS: dict[str, Any] = {
 }
 
 
-def defaults(env_name: str, family: dict[str, Any]) -> dict[str, Any]:
+def defaults(env_name: str, family: EnvFamily) -> dict[str, Any]:
     """PPO's defaults for ``env_name``, not the env family's A2C ones: the PPO paper's for Atari
-    games; SB3's PPO and the Zoo's recipes for vector-observation envs (and for ``env_name`` "",
-    the vector family's defaults for an id of none)."""
-    if env_name and family_of(env_name).observes == "images":
+    games; SB3's PPO and the Zoo's recipes for vector-observation envs."""
+    if family.observes == "images":
         return dict(ATARI_DEFAULTS)
     return {**DEFAULTS, **ENV_DEFAULTS.get(env_name, {})}
 

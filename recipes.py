@@ -27,7 +27,7 @@ def defaults_for(env_name: str, algo: str = "a2c", family: Optional[EnvFamily] =
     from algorithms import algorithm
 
     family = family or family_of(env_name)
-    return algorithm(algo).defaults(env_name, family.defaults(env_name))
+    return algorithm(algo).defaults(env_name, family)
 
 
 def with_env_defaults(config: Config, typed: set[str]) -> Config:
